@@ -1,0 +1,18 @@
+"""sglang-saria: an SGLang 0.5.23 HiCache extension (storage backend `saria`) plus replay tools."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="sglang-saria",
+    version="0.1.0",
+    description="Persistence-aware SSD KV caching with coordinated DRAM-SSD reload for SGLang",
+    packages=find_packages(include=["sglang_saria", "sglang_saria.*"]),
+    python_requires=">=3.11",
+    install_requires=["numpy", "tqdm", "xxhash"],
+    extras_require={"sglang": ["sglang==0.5.23"]},
+    entry_points={
+        "console_scripts": [
+            "saria-replay=sglang_saria.replay.cli:main",
+        ]
+    },
+)

@@ -1,0 +1,1 @@
+"""Hybrid-model support: GDN checkpoints and the Triton mixed-source gather."""
