@@ -158,6 +158,15 @@ def test_valid_fixture_loads(tmp_path):
     assert [r.idle_before_s for r in s.requests] == [0.0, 4.0, 3.0]
 
 
+def test_same_ids_under_another_model_are_other_content(tmp_path):
+    doc = _doc({(1, "hash_ids"): list(range(17)), (0, "model"): "opus", (1, "model"): "haiku",
+                (2, "model"): "haiku"})
+    _write(tmp_path, doc)
+    a, b, c = (r.block_keys for r in load_weka(tmp_path, 64)[0].requests)
+    assert not np.isin(b, a).any()  # model switch: no reuse although ids agree
+    assert np.array_equal(b[:17], c[:17])  # same model again: reuse
+
+
 @pytest.mark.parametrize("change, message", [
     ({(1, "in"): None}, r"request 1: missing field `in`"),
     ({(2, "t"): -1.0}, r"request 2: negative value"),
