@@ -21,6 +21,7 @@ from sglang_saria.replay.trace import TraceRequest, TraceSession, chain_keys, sc
 
 DEFAULT_SEED = 0
 _NORMAL = NormalDist()
+_STRATUM = 40
 
 
 @dataclass(frozen=True)
@@ -50,21 +51,28 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float) -> float:
 
 def generate(seed: int = DEFAULT_SEED, block_tokens: int = 512, max_sessions: int | None = None,
              config: SyntheticConfig = SyntheticConfig()) -> list[TraceSession]:
+    """Sessions 0..n-1 of the seed's stream: the first N never depend on how many follow."""
     n_sessions = config.n_sessions if max_sessions is None else max_sessions
-    rng = np.random.default_rng(seed)
     chain_seed = scope_seed("synthetic", str(seed))
     weights = 1.0 / np.arange(1, len(config.profile_tokens) + 1)
     weights /= weights.sum()
     # Profile prefixes are the same content for every session of the profile: same keys.
     profile_keys = [chain_keys(_rows(0, p, 0, n // block_tokens), chain_seed)
                     for p, n in enumerate(config.profile_tokens)]
-    # Stratified session lengths: even a demo-sized sample matches the mean length.
-    quantiles = (rng.permutation(n_sessions) + rng.random(n_sessions)) / max(1, n_sessions)
+    # Session lengths are stratified in groups of _STRATUM sessions, so even a demo-sized
+    # sample matches the mean length instead of hinging on a few long sessions.
+    strata = [np.random.default_rng([seed, 0, b]).permutation(_STRATUM)
+              for b in range(-(-n_sessions // _STRATUM))]
     sigma = config.requests_sigma
-    lengths = [max(1, round(np.exp(np.log(config.mean_requests) - sigma * sigma / 2 + sigma * _NORMAL.inv_cdf(q))))
-               for q in quantiles]
-    return [_session(rng, config, s, n, int(rng.choice(len(weights), p=weights)), profile_keys,
-                     chain_seed, block_tokens) for s, n in enumerate(lengths)]
+    sessions = []
+    for i in range(n_sessions):
+        rng = np.random.default_rng([seed, 1, i])
+        q = (strata[i // _STRATUM][i % _STRATUM] + rng.random()) / _STRATUM
+        n_requests = max(1, round(np.exp(np.log(config.mean_requests) - sigma * sigma / 2
+                                         + sigma * _NORMAL.inv_cdf(q))))
+        profile = int(rng.choice(len(weights), p=weights))
+        sessions.append(_session(rng, config, i, n_requests, profile, profile_keys, chain_seed, block_tokens))
+    return sessions
 
 
 def _rows(owner: int, part: int, first: int, last: int) -> np.ndarray:
