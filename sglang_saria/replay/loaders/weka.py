@@ -82,6 +82,8 @@ def load_weka_file(path: Path, block_tokens: int) -> list[TraceSession]:
     """The file's session followed by its sub-agent sessions."""
     doc = _decode(path)
     file_id = doc.id or path.name.split(".")[0]
+    if doc.block_size <= 0:
+        raise TraceFormatError(f"{path}: block_size must be positive, got {doc.block_size}")
     if block_tokens % doc.block_size and doc.block_size % block_tokens:
         raise TraceFormatError(
             f"{path}: block_tokens={block_tokens} must be a multiple of the trace's "
@@ -115,7 +117,8 @@ def _decode(path: Path) -> _File:
         if path.suffix == ".gz":
             raw = gzip.decompress(raw)
     except (OSError, EOFError, zlib.error) as exc:
-        raise TraceFormatError(f"{path}: cannot read gzip data: {exc}") from exc
+        what = "gzip data" if path.suffix == ".gz" else "file"
+        raise TraceFormatError(f"{path}: cannot read {what}: {exc}") from exc
     try:
         return _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
