@@ -104,11 +104,11 @@ class RowLayout:
         if tensor.dim() == 0:
             raise ValueError(f"{name}: a 0-dim tensor has no rows")
         row_elems = 1
-        for size in tensor.shape[1:]:
+        for size, stride in zip(reversed(tensor.shape[1:]), reversed(tensor.stride()[1:])):
+            if size != 1 and stride != row_elems:
+                raise ValueError(f"{name}: rows must be dense (shape {tuple(tensor.shape)}, strides {tensor.stride()})")
             row_elems *= size
         rows = tensor.shape[0]
-        if rows > 0 and not tensor[0].is_contiguous():
-            raise ValueError(f"{name}: rows must be dense (shape {tuple(tensor.shape)}, strides {tensor.stride()})")
         if rows > 1 and tensor.stride(0) < row_elems:
             raise ValueError(
                 f"{name}: rows overlap (dim-0 stride {tensor.stride(0)} < {row_elems} elements per row)"
@@ -162,7 +162,7 @@ class GatherPlan:
     dst_extent_bytes: tuple[int, ...]
     src_layouts: tuple[RowLayout, ...] | None = None
     dst_layouts: tuple[RowLayout, ...] | None = None
-    _device_cache: dict = field(default_factory=dict, compare=False, repr=False)
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def num_segments(self) -> int:
@@ -262,12 +262,30 @@ class GatherPlan:
 
     def _device_segments(self, device: torch.device, word: int) -> torch.Tensor:
         """Segments in words on ``device``, uploaded once per (device, word)."""
-        key = (str(device), word)
-        if key not in self._device_cache:
+        key = ("segments", str(device), word)
+        if key not in self._cache:
             words = self.segments.clone()
             words[:, [SRC_OFFSET, DST_OFFSET, NBYTES]] //= word
-            self._device_cache[key] = words.to(device)
-        return self._device_cache[key]
+            self._cache[key] = words.to(device)
+        return self._cache[key]
+
+    def _address_tables(
+        self, device: torch.device, sources: Sequence[torch.Tensor], destinations: Sequence[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Base addresses of the bound tensors on ``device``; re-uploaded only when they change."""
+        key = (str(device), tuple(t.data_ptr() for t in sources), tuple(t.data_ptr() for t in destinations))
+        cached = self._cache.get("tables")
+        if cached is None or cached[0] != key:
+            tables = tuple(torch.tensor(ptrs, dtype=torch.int64).to(device) for ptrs in key[1:])
+            self._cache["tables"] = cached = (key, tables)
+        return cached[1]
+
+    def _copy_groups(self, word: int) -> list[_CopyGroup]:
+        """Segments grouped by (src, dst, width) with their window steps, computed once per word size."""
+        key = ("groups", word)
+        if key not in self._cache:
+            self._cache[key] = _group_segments(self.segments, self.num_destinations, word)
+        return self._cache[key]
 
 
 def _extents(ids: torch.Tensor, ends: torch.Tensor, count: int) -> tuple[int, ...]:
@@ -339,18 +357,67 @@ def _word_bytes(plan: GatherPlan, tensors: Sequence[torch.Tensor]) -> int:
     return _pow2_alignment(addresses, plan.alignment)
 
 
-def _flat_words(tensor: torch.Tensor, layout: RowLayout, dtype: torch.dtype) -> torch.Tensor:
+def _flat_words(tensor: torch.Tensor, layout: RowLayout, word: int) -> torch.Tensor:
     """1-D word view over the tensor's rows (and the gaps between strided rows)."""
     elems = layout.extent_bytes // tensor.element_size()
     flat = tensor.as_strided((elems,), (1,)).view(torch.uint8)
-    word = torch.empty((), dtype=dtype).element_size()
-    return flat[: flat.numel() // word * word].view(dtype)
+    return flat[: flat.numel() // word * word].view(_WORD_TORCH[word])
+
+
+def _gcd_all(values: torch.Tensor) -> int:
+    """gcd of all values (0 for none or all zeros), by pairwise halving."""
+    while values.numel() > 1:
+        if values.numel() % 2:
+            values = torch.cat([values, values[-1:]])
+        values = torch.gcd(values[0::2], values[1::2])
+    return int(values[0]) if values.numel() else 0
+
+
+@dataclass(frozen=True)
+class _CopyGroup:
+    """Segments of one (src, dst, width): rows of ``length``-word windows spaced ``step`` words apart."""
+
+    src_id: int
+    dst_id: int
+    length: int
+    src_step: int
+    src_rows: torch.Tensor
+    dst_step: int
+    dst_rows: torch.Tensor
+
+
+def _group_segments(seg: torch.Tensor, num_destinations: int, word: int) -> list[_CopyGroup]:
+    """Rows of a row-major tensor start at multiples of its row stride, so the windows are usually
+    its rows and each group becomes one row gather plus one row scatter, not a per-word copy."""
+    widest = int(seg[:, NBYTES].max()) + 1
+    key = (seg[:, SRC_ID] * num_destinations + seg[:, DST_ID]) * widest + seg[:, NBYTES]
+    sorted_key, order = torch.sort(key, stable=True)
+    _, counts = torch.unique_consecutive(sorted_key, return_counts=True)
+    groups = []
+    for rows in torch.split(seg[order], counts.tolist()):
+        length = int(rows[0, NBYTES]) // word
+        src_words, dst_words = rows[:, SRC_OFFSET] // word, rows[:, DST_OFFSET] // word
+        src_step = _gcd_all(src_words) or length
+        dst_step = _gcd_all(dst_words) or length
+        if dst_step < length:  # windows would overlap: writing through them needs word granularity
+            dst_step, dst_words = 1, dst_words[:, None] + torch.arange(length)
+        groups.append(
+            _CopyGroup(
+                int(rows[0, SRC_ID]), int(rows[0, DST_ID]), length, src_step, src_words // src_step, dst_step, dst_words // dst_step
+            )
+        )
+    return groups
+
+
+def _windows(flat: torch.Tensor, step: int, length: int) -> torch.Tensor:
+    """``flat`` as ``length``-word windows starting every ``step`` words (overlapping if step < length)."""
+    return flat.as_strided(((flat.numel() - length) // step + 1, length), (step, 1))
 
 
 def gather_mixed_reference(
     plan: GatherPlan, sources: Sequence[torch.Tensor], destinations: Sequence[torch.Tensor]
 ) -> None:
-    """Pure-torch execution of ``plan``: one advanced-indexing copy per (src, dst, width) group.
+    """Pure-torch execution of ``plan``: one row gather + row scatter per (src, dst, width) group.
 
     The CPU path when Triton is absent, and the oracle the kernel is checked against.
     Sources on another device (pinned host pool -> CUDA pool) are copied over with ``.to``.
@@ -359,22 +426,15 @@ def gather_mixed_reference(
     if plan.num_segments == 0:
         return
     word = _word_bytes(plan, [*sources, *destinations])
-    dtype = _WORD_TORCH[word]
-    seg = plan.segments
-    groups, inverse = torch.unique(seg[:, [SRC_ID, DST_ID, NBYTES]], dim=0, return_inverse=True)
-    order = torch.argsort(inverse, stable=True)
-    bounds = torch.cumsum(torch.bincount(inverse, minlength=groups.shape[0]), 0).tolist()
-    start = 0
-    for (src_id, dst_id, nbytes), end in zip(groups.tolist(), bounds):
-        rows = seg[order[start:end]]
-        start = end
-        src, dst = sources[src_id], destinations[dst_id]
-        src_flat = _flat_words(src, src_layouts[src_id], dtype)
-        dst_flat = _flat_words(dst, dst_layouts[dst_id], dtype)
-        span = torch.arange(nbytes // word)
-        src_idx = (rows[:, SRC_OFFSET] // word)[:, None] + span
-        dst_idx = (rows[:, DST_OFFSET] // word)[:, None] + span
-        dst_flat[dst_idx.to(dst.device)] = src_flat[src_idx.to(src.device)].to(dst.device)
+    for g in plan._copy_groups(word):
+        src, dst = sources[g.src_id], destinations[g.dst_id]
+        src_view = _windows(_flat_words(src, src_layouts[g.src_id], word), g.src_step, g.length)
+        moved = src_view[g.src_rows.to(src.device)].to(dst.device)
+        dst_flat = _flat_words(dst, dst_layouts[g.dst_id], word)
+        if g.dst_rows.dim() == 1:
+            _windows(dst_flat, g.dst_step, g.length)[g.dst_rows.to(dst.device)] = moved
+        else:
+            dst_flat[g.dst_rows.to(dst.device)] = moved
 
 
 if triton is not None:
@@ -445,8 +505,7 @@ def _gather_mixed_triton(
     device = _check_devices(sources, destinations)
     word = _word_bytes(plan, [*sources, *destinations])
     segments = plan._device_segments(device, word)
-    src_table = torch.tensor([t.data_ptr() for t in sources], dtype=torch.int64).to(device)
-    dst_table = torch.tensor([t.data_ptr() for t in destinations], dtype=torch.int64).to(device)
+    src_table, dst_table = plan._address_tables(device, sources, destinations)
     longest = int(plan.segments[:, NBYTES].max()) // word
     block = min(_MAX_BLOCK_WORDS, max(16, triton.next_power_of_2(longest)))
     word_type = {1: tl.uint8, 2: tl.int16, 4: tl.int32, 8: tl.int64}[word]
