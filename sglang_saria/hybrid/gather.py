@@ -12,7 +12,7 @@ buffer, or one GDN checkpoint part (the conv state or the recurrent state of one
 Widths may differ from segment to segment, and so may dtypes (bf16 conv state next to an
 fp32 recurrent state): the kernel moves raw integer words, so a copy is bit-exact by
 construction. Long segments (a GDN recurrent state is MiBs) are split into chunks of at
-most ``max_segment_bytes`` so that one program never serialises a whole state.
+most ``max_segment_bytes`` (one program each), so no program serialises a whole state.
 
 Shapes (what the SGLang adapter passes; any tensor whose dim-0 slices are dense works,
 including strided per-layer views of a staging buffer):
@@ -21,8 +21,12 @@ including strided per-layer views of a staging buffer):
   head_num, head_dim]``; a row is one token slot of one layer (``head_num * head_dim``
   elements). A staging buffer of SSD rows ``[n, layer_num, 2, head_num, head_dim]`` is
   passed as the views ``staging[:, l, 0]`` and ``staging[:, l, 1]`` (no copy).
-  The layer_first host pool ``kv_buffer[2, layer_num, size, head_num, head_dim]`` is
-  passed as ``kv_buffer[0, l]`` / ``kv_buffer[1, l]``.
+  Host pool (``MHATokenToKVPoolHost.kv_buffer``): layer_first ``[2, layer_num, size,
+  head_num, head_dim]`` is passed as ``kv_buffer[0, l]`` / ``kv_buffer[1, l]``;
+  page_first ``[2, size, layer_num, head_num, head_dim]`` as ``kv_buffer[0][:, l]``
+  (strided rows); page_first_direct ``[2, pages, layer_num, page_size, head_num,
+  head_dim]`` moves whole pages: ``kv_buffer[0][:, l]`` against the device view
+  ``k_buffer[l].view(-1, page_size, head_num, head_dim)`` (rows = pages).
 - GDN/Mamba, ``MambaPool``: ``conv_state[i]`` is ``[num_mamba_layers, size + 1,
   *conv_shape]`` and ``temporal_state`` ``[num_mamba_layers, size + 1, HV, V, K]``; a row
   is one slot of one layer, passed as ``conv_state[i][l]`` / ``temporal_state[l]``.
@@ -30,8 +34,9 @@ including strided per-layer views of a staging buffer):
 
 Backends: ``"triton"`` runs :func:`_gather_mixed_kernel` (compiled on CUDA tensors; on CPU
 tensors only when ``TRITON_INTERPRET=1`` was set before triton was imported),
-``"torch"`` runs :func:`gather_mixed_reference`. ``"auto"`` picks triton for CUDA
-destinations and under the interpreter, torch otherwise. On CUDA the sources may be
+``"torch"`` runs :func:`gather_mixed_reference`. ``"auto"`` picks the compiled kernel
+for CUDA destinations, the interpreted kernel for CPU destinations under
+``TRITON_INTERPRET=1``, and torch otherwise. On CUDA the sources may be
 pinned host tensors (SGLang's host pool): the kernel reads them over UVA, so DRAM and
 staging rows still go in one launch.
 """
@@ -470,7 +475,9 @@ def select_backend(destinations: Sequence[torch.Tensor]) -> Literal["triton", "t
     if triton is None:
         return "torch"
     on_cuda = any(t.is_cuda for t in destinations)
-    return "triton" if on_cuda or triton_interpreted() else "torch"
+    interpreted = triton_interpreted()
+    # The interpreter dereferences host addresses only: CUDA pools under it take the torch path.
+    return "triton" if on_cuda != interpreted else "torch"
 
 
 def _check_devices(sources: Sequence[torch.Tensor], destinations: Sequence[torch.Tensor]) -> torch.device:
@@ -480,6 +487,8 @@ def _check_devices(sources: Sequence[torch.Tensor], destinations: Sequence[torch
         raise ValueError(f"destinations span several devices: {sorted(map(str, devices))}")
     device = devices.pop()
     if device.type == "cuda":
+        if triton_interpreted():
+            raise RuntimeError("TRITON_INTERPRET=1 is set: the interpreted kernel cannot address CUDA memory")
         for i, t in enumerate(sources):
             if t.device != device and not (t.device.type == "cpu" and t.is_pinned()):
                 raise ValueError(f"sources[{i}] is on {t.device}: the kernel on {device} reads only {device} or pinned host memory")

@@ -66,6 +66,19 @@ def main() -> None:
                 print(json.dumps(run_case(name, case, max_segment_bytes)), flush=True)
     for label, dtype, row_elems in (("fp16x3", torch.float16, 3), ("u8x5", torch.uint8, 5)):
         print(json.dumps(run_case(f"narrow-{label}", narrow_rows_case(dtype, row_elems, 7), 4096)), flush=True)
+    # One plan, two launches on different pools of the same geometry (fresh addresses).
+    reused = make_reload_case(4, torch.float16)
+    plan = reused.plan()
+    gather_mixed(plan, reused.sources, reused.destinations)
+    fresh = [t.clone() for t in reused.initial]
+    gather_mixed(plan, reused.sources, fresh)
+    expected = reused.expected()
+    print(
+        json.dumps(
+            {"case": "reuse", "first": bit_exact(reused.destinations, expected), "second": bit_exact(fresh, expected)}
+        ),
+        flush=True,
+    )
     empty = make_reload_case(3, torch.bfloat16)
     plan = GatherPlan.from_rows(empty.sources, empty.destinations, [])
     backend = gather_mixed(plan, empty.sources, empty.destinations)

@@ -78,6 +78,27 @@ def test_strided_per_layer_views_of_a_staging_buffer_are_gathered_without_copies
         assert torch.equal(k_pool[layer][0], staging[1, layer, 0])
 
 
+@pytest.mark.parametrize("layout", ["page_first", "page_first_direct"])
+def test_sglang_host_pool_layouts_bind_as_views(layout: str) -> None:
+    layers, pages, page, heads, dim = 3, 4, 4, 2, 8
+    k_buffer = [torch.zeros(pages * page + page, heads, dim, dtype=torch.bfloat16) for _ in range(layers)]
+    if layout == "page_first":  # [2, size, layer, head, dim]: token rows, strided by layer
+        host = torch.randn(2, pages * page, layers, heads, dim).to(torch.bfloat16)
+        sources = [host[0][:, layer] for layer in range(layers)]
+        destinations = k_buffer
+        src_rows, dst_rows = [5, 0, 9], [page + 1, page + 7, 3 * page]
+    else:  # page_first_direct [2, page, layer, slot, head, dim]: whole pages as rows
+        host = torch.randn(2, pages, layers, page, heads, dim).to(torch.bfloat16)
+        sources = [host[0][:, layer] for layer in range(layers)]
+        destinations = [k.view(-1, page, heads, dim) for k in k_buffer]
+        src_rows, dst_rows = [2, 0], [1, 4]
+    moves = [RowMoves(layer, src_rows, layer, dst_rows) for layer in range(layers)]
+    gather_mixed_reference(GatherPlan.from_rows(sources, destinations, moves), sources, destinations)
+    for layer in range(layers):
+        for s, d in zip(src_rows, dst_rows):
+            assert torch.equal(destinations[layer][d], sources[layer][s])
+
+
 def test_empty_plan_is_a_no_op() -> None:
     case = make_reload_case(14, torch.bfloat16)
     plan = GatherPlan.from_rows(case.sources, case.destinations, [])

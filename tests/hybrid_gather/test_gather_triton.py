@@ -74,6 +74,12 @@ def test_interpreted_kernel_handles_rows_narrower_than_a_word(
     assert r["kernel_matches_oracle"] and r["kernel_matches_reference"] and r["changed"], r
 
 
+def test_interpreted_kernel_plan_is_reusable_on_other_pools_of_the_same_geometry(
+    interpreter_results: dict[str, dict],
+) -> None:
+    assert interpreter_results["reuse"] == {"case": "reuse", "first": True, "second": True}
+
+
 def test_interpreted_kernel_empty_plan_leaves_pools_untouched(interpreter_results: dict[str, dict]) -> None:
     assert interpreter_results["empty"] == {"case": "empty", "backend": "triton", "unchanged": True}
 
