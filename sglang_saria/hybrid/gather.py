@@ -124,6 +124,8 @@ class RowLayout:
 
 def _as_index(values: torch.Tensor | Sequence[int], name: str) -> torch.Tensor:
     index = torch.as_tensor(values)
+    if index.numel() == 0 and index.dim() == 1:
+        return torch.zeros(0, dtype=torch.int64)  # `[]` arrives as float32
     if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
         raise TypeError(f"{name}: row indices must be integers, got {index.dtype}")
     if index.dim() != 1:
@@ -304,7 +306,8 @@ def _check_no_overlapping_writes(seg: torch.Tensor) -> None:
     """Two segments writing the same destination bytes would race in the kernel: refuse the plan."""
     if seg.shape[0] < 2:
         return
-    order = torch.argsort(seg[:, DST_ID] * 2**40 + seg[:, DST_OFFSET], stable=True)
+    order = torch.argsort(seg[:, DST_OFFSET], stable=True)
+    order = order[torch.argsort(seg[order, DST_ID], stable=True)]  # by (dst_id, dst_offset)
     s = seg[order]
     same = s[1:, DST_ID] == s[:-1, DST_ID]
     clash = same & (s[1:, DST_OFFSET] < s[:-1, DST_OFFSET] + s[:-1, NBYTES])

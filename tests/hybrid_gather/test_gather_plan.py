@@ -99,9 +99,10 @@ def test_sglang_host_pool_layouts_bind_as_views(layout: str) -> None:
             assert torch.equal(destinations[layer][d], sources[layer][s])
 
 
-def test_empty_plan_is_a_no_op() -> None:
+@pytest.mark.parametrize("moves", [[], [RowMoves(0, [], 1, [])]], ids=["no-moves", "empty-move"])
+def test_empty_plan_is_a_no_op(moves: list[RowMoves]) -> None:
     case = make_reload_case(14, torch.bfloat16)
-    plan = GatherPlan.from_rows(case.sources, case.destinations, [])
+    plan = GatherPlan.from_rows(case.sources, case.destinations, moves)
     assert plan.num_segments == 0 and plan.total_bytes == 0
     gather_mixed(plan, case.sources, case.destinations, backend="torch")
     assert bit_exact(case.destinations, case.initial)
