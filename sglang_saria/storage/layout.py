@@ -104,12 +104,12 @@ class SlabLayout:
 
 def prepare_dir(path: str) -> None:
     """Create a data dir or fail with a message naming it."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"saria store: data dir {path!r} is not a directory")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise ValueError(f"saria store: data dir {path!r} cannot be created: {e.strerror}") from e
-    if not os.path.isdir(path):
-        raise ValueError(f"saria store: data dir {path!r} is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"saria store: data dir {path!r} is not writable")
 
