@@ -125,4 +125,3 @@ class BounceBuffers:
 
 def round_up(n: int, align: int = ALIGN) -> int:
     return (n + align - 1) // align * align
-

@@ -70,9 +70,7 @@ class Capacity:
                 return cls(tokens=int(float(m.group(1)) * _TOKEN_MULT[m.group(2).lower()]))
         if isinstance(value, Mapping):
             if set(value) != {"tokens"}:
-                raise ValueError(
-                    f"saria store config: {key}={dict(value)!r}: expected {{'tokens': N}}"
-                )
+                raise ValueError(f"saria store config: {key}={dict(value)!r}: expected {{'tokens': N}}")
             tokens = value["tokens"]
             if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
                 raise ValueError(f"saria store config: {key}.tokens={tokens!r} must be a positive int")

@@ -90,8 +90,14 @@ class SariaStorage(HiCacheStorage):
         self._tags: Dict[str, str] = {}
         self.mem_pool_host = None
         self.store: Optional[SariaStore] = None
-        self._io_log: Dict[str, List[float]] = {"prefetch_pgs": [], "backup_pgs": [], "prefetch_bw": [], "backup_bw": []}
-        if mem_pool_host is not None:
+        self._io_log: Dict[str, List[float]] = {
+            "prefetch_pgs": [],
+            "backup_pgs": [],
+            "prefetch_bw": [],
+            "backup_bw": [],
+        }
+        # The "dynamic" backend route passes a kwargs dict here, then registers the pool.
+        if mem_pool_host is not None and not isinstance(mem_pool_host, dict):
             self.register_mem_pool_host(mem_pool_host)
 
     # ---------------------------------------------------------------- setup
@@ -127,7 +133,9 @@ class SariaStorage(HiCacheStorage):
         self._views[name] = view
         self._tags[name] = _format_tag(pool)
         if not view.zero_copy:
-            logger.info("saria store: host pool %s pages are not views of pool memory; using the copy path", name)
+            logger.info(
+                "saria store: host pool %s pages are not views of pool memory; using the copy path", name
+            )
 
     def _key(self, key: str, pool: str = PoolName.KV.value) -> str:
         tag = self._tags.get(pool, "")
@@ -135,7 +143,9 @@ class SariaStorage(HiCacheStorage):
         return f"{stem}@{self.model_name}.{tag}"
 
     # ---------------------------------------------------------------- page I/O
-    def _pages_io(self, pool_name: str, keys: List[str], host_indices: torch.Tensor, write: bool) -> List[bool]:
+    def _pages_io(
+        self, pool_name: str, keys: List[str], host_indices: torch.Tensor, write: bool
+    ) -> List[bool]:
         store = self._ensure_store()
         view = self._views.get(pool_name)
         if view is None:
@@ -179,24 +189,34 @@ class SariaStorage(HiCacheStorage):
         self._io_log[f"{kind}_bw"].append(nbytes / max(seconds, 1e-9) / 1e9)
 
     def batch_get_v1(
-        self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> List[bool]:
         return self._pages_io(PoolName.KV.value, keys, host_indices, write=False)
 
     def batch_set_v1(
-        self, keys: List[str], host_indices: torch.Tensor, extra_info: Optional[HiCacheStorageExtraInfo] = None
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
     ) -> List[bool]:
         return self._pages_io(PoolName.KV.value, keys, host_indices, write=True)
 
     def batch_get_v2(
         self, transfers: List[PoolTransfer], extra_info: Optional[HiCacheStorageExtraInfo] = None
     ) -> Dict[str, List[bool]]:
-        return {t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=False) for t in transfers}
+        return {
+            t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=False) for t in transfers
+        }
 
     def batch_set_v2(
         self, transfers: List[PoolTransfer], extra_info: Optional[HiCacheStorageExtraInfo] = None
     ) -> Dict[str, List[bool]]:
-        return {t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=True) for t in transfers}
+        return {
+            t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=True) for t in transfers
+        }
 
     # ---------------------------------------------------------------- existence
     def exists(self, key: str) -> bool:
@@ -240,7 +260,9 @@ class SariaStorage(HiCacheStorage):
             raise ValueError("saria store: get needs a target_location tensor to read into")
         return target_location if self._ensure_store().get(self._key(key), target_location).ok else None
 
-    def batch_get(self, keys: List[str], target_locations: Any = None, target_sizes: Any = None) -> List[Optional[torch.Tensor]]:
+    def batch_get(
+        self, keys: List[str], target_locations: Any = None, target_sizes: Any = None
+    ) -> List[Optional[torch.Tensor]]:
         if target_locations is None or len(target_locations) != len(keys):
             raise ValueError("saria store: batch_get needs one target tensor per key")
         futs = [self._ensure_store().get_async(self._key(k), t) for k, t in zip(keys, target_locations)]
@@ -249,7 +271,9 @@ class SariaStorage(HiCacheStorage):
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
         return self._ensure_store().put(self._key(key), value.contiguous()).ok
 
-    def batch_set(self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None) -> bool:
+    def batch_set(
+        self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> bool:
         futs = [self._ensure_store().put_async(self._key(k), v.contiguous()) for k, v in zip(keys, values)]
         return all(f.result().ok for f in futs)
 

@@ -65,7 +65,10 @@ class HostPageView:
         except Exception:
             return False
         return (
-            all(t.device.type == "cpu" and t.untyped_storage().data_ptr() in self._pool_storages for t in tensors)
+            all(
+                t.device.type == "cpu" and t.untyped_storage().data_ptr() in self._pool_storages
+                for t in tensors
+            )
             and sum(t.numel() * t.element_size() for t in tensors) == self.page_bytes
         )
 

@@ -136,7 +136,9 @@ class SQLiteIndex:
                         for e in inserts
                     ],
                 )
-                self._db.executemany("UPDATE objects SET atime = ? WHERE key = ?", [(t, k) for k, t in touches])
+                self._db.executemany(
+                    "UPDATE objects SET atime = ? WHERE key = ?", [(t, k) for k, t in touches]
+                )
                 self._db.executemany(
                     "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?)",
                     [(d, c.bytes_written, c.bytes_read, c.since) for d, c in devices.items()],
@@ -165,4 +167,3 @@ def newest_claims(entries: Sequence[Entry]) -> Tuple[List[Entry], List[Entry]]:
     for e in entries:
         (keep if all(owner[s] is e for s in e.slots.tolist()) else drop).append(e)
     return keep, drop
-

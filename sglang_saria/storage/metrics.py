@@ -48,10 +48,16 @@ def store_metrics() -> StoreMetrics:
             dev, store = ["device"], ["store"]
             _METRICS = StoreMetrics(
                 ssd_bytes_written=_get_or_create(
-                    Counter, "sglang:saria_ssd_bytes_written_total", "Bytes written to the SSD by the Saria store", dev
+                    Counter,
+                    "sglang:saria_ssd_bytes_written_total",
+                    "Bytes written to the SSD by the Saria store",
+                    dev,
                 ),
                 ssd_bytes_read=_get_or_create(
-                    Counter, "sglang:saria_ssd_bytes_read_total", "Bytes read from the SSD by the Saria store", dev
+                    Counter,
+                    "sglang:saria_ssd_bytes_read_total",
+                    "Bytes read from the SSD by the Saria store",
+                    dev,
                 ),
                 ssd_projected_lifetime_years=_get_or_create(
                     Gauge,
@@ -61,34 +67,53 @@ def store_metrics() -> StoreMetrics:
                     multiprocess_mode="mostrecent",
                 ),
                 ssd_observed_dwpd=_get_or_create(
-                    Gauge, "sglang:saria_ssd_observed_dwpd", "Observed drive writes per day", dev,
+                    Gauge,
+                    "sglang:saria_ssd_observed_dwpd",
+                    "Observed drive writes per day",
+                    dev,
                     multiprocess_mode="mostrecent",
                 ),
                 ssd_write_budget_used=_get_or_create(
-                    Gauge, "sglang:saria_ssd_write_budget_used_ratio",
-                    "Fraction of the rated lifetime writes already used", dev,
+                    Gauge,
+                    "sglang:saria_ssd_write_budget_used_ratio",
+                    "Fraction of the rated lifetime writes already used",
+                    dev,
                     multiprocess_mode="mostrecent",
                 ),
                 ops=_get_or_create(
-                    Counter, "sglang:saria_store_ops_total", "Store operations by result",
+                    Counter,
+                    "sglang:saria_store_ops_total",
+                    "Store operations by result",
                     ["store", "op", "result"],
                 ),
                 evictions=_get_or_create(
-                    Counter, "sglang:saria_store_evictions_total", "Objects evicted by the store for space", store
+                    Counter,
+                    "sglang:saria_store_evictions_total",
+                    "Objects evicted by the store for space",
+                    store,
                 ),
                 objects=_get_or_create(
                     Gauge, "sglang:saria_store_objects", "Objects held", store, multiprocess_mode="mostrecent"
                 ),
                 used_bytes=_get_or_create(
-                    Gauge, "sglang:saria_store_used_bytes", "Slot bytes in use", store,
+                    Gauge,
+                    "sglang:saria_store_used_bytes",
+                    "Slot bytes in use",
+                    store,
                     multiprocess_mode="mostrecent",
                 ),
                 capacity_bytes=_get_or_create(
-                    Gauge, "sglang:saria_store_capacity_bytes", "Store capacity", store,
+                    Gauge,
+                    "sglang:saria_store_capacity_bytes",
+                    "Store capacity",
+                    store,
                     multiprocess_mode="mostrecent",
                 ),
                 op_seconds=_get_or_create(
-                    Histogram, "sglang:saria_store_op_seconds", "Latency of one object get/put", ["store", "op"],
+                    Histogram,
+                    "sglang:saria_store_op_seconds",
+                    "Latency of one object get/put",
+                    ["store", "op"],
                     buckets=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0),
                 ),
             )

@@ -176,7 +176,8 @@ class SariaStore:
         self._committer.start()
         self._update_gauges()
         logger.info(
-            "saria store %s: %d dirs, %d slots of %d bytes (%.2f GiB), engine=%s, O_DIRECT=%s, %d objects recovered",
+            "saria store %s: %d dirs, %d slots of %d bytes (%.2f GiB), engine=%s, O_DIRECT=%s, "
+            "%d objects recovered",
             self.name,
             len(dirs),
             self.layout.nslots,
@@ -200,7 +201,9 @@ class SariaStore:
         valid, overlapping = newest_claims(valid)
         dropped += overlapping
         if dropped:
-            logger.warning("saria store %s: dropped %d index entries that no longer fit", self.name, len(dropped))
+            logger.warning(
+                "saria store %s: dropped %d index entries that no longer fit", self.name, len(dropped)
+            )
             self._pending_deletes.extend(e.key for e in dropped)
         for e in valid:  # load() returns LRU order
             self._entries[e.key] = e
@@ -329,7 +332,9 @@ class SariaStore:
     def put(self, key: str, data: Any, overwrite: bool = False) -> PutResult:
         return self.put_async(key, data, overwrite).result()
 
-    def put_batch(self, items: Sequence[Tuple[str, Any]], overwrite: bool = False) -> List["Future[PutResult]"]:
+    def put_batch(
+        self, items: Sequence[Tuple[str, Any]], overwrite: bool = False
+    ) -> List["Future[PutResult]"]:
         return [self.put_async(k, d, overwrite) for k, d in items]
 
     # ---------------------------------------------------------------- commit
@@ -406,7 +411,11 @@ class SariaStore:
             if e.size != nbytes:
                 self._count("get", "size_mismatch")
                 logger.warning(
-                    "saria store %s: %r holds %d bytes, destination has %d: not read", self.name, key, e.size, nbytes
+                    "saria store %s: %r holds %d bytes, destination has %d: not read",
+                    self.name,
+                    key,
+                    e.size,
+                    nbytes,
                 )
                 return self._done(GetStatus.SIZE_MISMATCH)
             e.pins += 1

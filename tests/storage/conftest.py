@@ -40,7 +40,9 @@ def make_store(store_dirs):
     opened = []
 
     def make(ndirs=1, capacity="16MiB", slot_bytes="64KiB", on_evict=None, engine=None, config=None, **kw):
-        cfg = config or StoreConfig(data_dirs=store_dirs(ndirs), capacity=capacity, slot_bytes=slot_bytes, **kw)
+        cfg = config or StoreConfig(
+            data_dirs=store_dirs(ndirs), capacity=capacity, slot_bytes=slot_bytes, **kw
+        )
         store = SariaStore(cfg, on_evict=on_evict, engine=engine)
         opened.append(store)
         return store

@@ -41,7 +41,10 @@ def test_unknown_key_is_named():
         ({"data_dirs": []}, "data_dirs"),
         ({"data_dirs": ["/a", "/a"]}, "duplicates"),
         ({"data_dirs": ["/a"], "drive_rating": {"capacity": "1TB", "dwpd": 1}}, "drive_rating.years"),
-        ({"data_dirs": ["/a"], "drive_rating": {"capacity": "1TB", "dwpd": 1, "years": 5, "tbw": 3}}, "drive_rating.tbw"),
+        (
+            {"data_dirs": ["/a"], "drive_rating": {"capacity": "1TB", "dwpd": 1, "years": 5, "tbw": 3}},
+            "drive_rating.tbw",
+        ),
         ({"data_dirs": ["/a"], "sync_writes": "yes"}, "sync_writes"),
         ({}, "data_dirs is required"),
     ],

@@ -34,7 +34,9 @@ def _sample(name: str, **labels) -> float:
 
 def test_metrics_shared_by_several_stores_without_double_registration(make_store, payload, tmp_path):
     a = make_store(ndirs=2, drive_rating={"capacity": "1TB", "dwpd": 1, "years": 5})
-    b = make_store(config=StoreConfig(data_dirs=[str(tmp_path / "other")], capacity="8MiB", slot_bytes="64KiB"))
+    b = make_store(
+        config=StoreConfig(data_dirs=[str(tmp_path / "other")], capacity="8MiB", slot_bytes="64KiB")
+    )
     assert store_metrics() is store_metrics()
     dev0 = a.layout.data_dirs[0]
     before = _sample("sglang:saria_ssd_bytes_written_total", device=dev0)
@@ -44,6 +46,10 @@ def test_metrics_shared_by_several_stores_without_double_registration(make_store
     assert _sample("sglang:saria_ssd_projected_lifetime_years", device=dev0) > 0
     assert _sample("sglang:saria_store_ops_total", store=a.name, op="put", result="ok") >= 1
     text = generate_latest(REGISTRY).decode()
-    for name in ["sglang:saria_ssd_bytes_read_total", "sglang:saria_store_objects", "sglang:saria_ssd_observed_dwpd"]:
+    for name in [
+        "sglang:saria_ssd_bytes_read_total",
+        "sglang:saria_store_objects",
+        "sglang:saria_ssd_observed_dwpd",
+    ]:
         assert name in text
     assert b.stats().objects == 0

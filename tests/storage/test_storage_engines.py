@@ -41,7 +41,9 @@ def test_kvikio_reads_straight_into_cuda_tensor(make_store, payload, ndirs):
     np.testing.assert_array_equal(host, src.cpu().numpy())
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPU: posix engine staging into CUDA memory")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA GPU: posix engine staging into CUDA memory"
+)
 def test_posix_engine_into_cuda_tensor_via_bounce(make_store):
     store = make_store(engine=PosixEngine())
     src = torch.arange(100_000, dtype=torch.int32, device="cuda")

@@ -35,7 +35,9 @@ def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload
     assert store.put("victim", payload("victim", 3 * SLOT)).ok
     assert store.put("bystander", payload("bystander", 3 * SLOT)).ok
     slot0 = int(store._entries["victim"].slots[0])
-    _flip_byte(os.path.join(store.layout.data_dirs[stripe], "saria-slab.dat"), slot0 * store.layout.unit + 100)
+    _flip_byte(
+        os.path.join(store.layout.data_dirs[stripe], "saria-slab.dat"), slot0 * store.layout.unit + 100
+    )
 
     dest = np.zeros(3 * SLOT, np.uint8)
     assert store.get("victim", dest) is GetStatus.CORRUPT
@@ -87,16 +89,21 @@ def tiny_tmpfs(tmp_path):
     mnt.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(mnt)], capture_output=True)
     if r.returncode != 0:
-        pytest.skip(f"cannot mount a tiny tmpfs here ({r.stderr.decode().strip()}); ENOSPC is covered by injection")
+        pytest.skip(
+            f"cannot mount a tiny tmpfs here ({r.stderr.decode().strip()}); ENOSPC is covered by injection"
+        )
     yield str(mnt)
     subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_enospc_on_a_real_full_tmpfs(tiny_tmpfs, payload):
     with pytest.raises(ValueError, match="needs .* more bytes"):
-        SariaStore(StoreConfig(data_dirs=[os.path.join(tiny_tmpfs, "pre")], capacity="4MiB", slot_bytes="64KiB"))
-    cfg = StoreConfig(data_dirs=[os.path.join(tiny_tmpfs, "sparse")], capacity="4MiB", slot_bytes="64KiB",
-                      preallocate=False)
+        SariaStore(
+            StoreConfig(data_dirs=[os.path.join(tiny_tmpfs, "pre")], capacity="4MiB", slot_bytes="64KiB")
+        )
+    cfg = StoreConfig(
+        data_dirs=[os.path.join(tiny_tmpfs, "sparse")], capacity="4MiB", slot_bytes="64KiB", preallocate=False
+    )
     store = SariaStore(cfg)
     try:
         results = [store.put(f"k{i}", payload(f"k{i}", SLOT)) for i in range(32)]
@@ -159,7 +166,9 @@ def test_kill_9_mid_batch_recovers_completed_objects_and_serves_no_torn_one(tmp_
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, *dirs], stdout=subprocess.PIPE, cwd=repo,
+        [sys.executable, "-c", CHILD, *dirs],
+        stdout=subprocess.PIPE,
+        cwd=repo,
         env={**os.environ, "PYTHONPATH": repo},
     )
     reported = []

@@ -26,17 +26,32 @@ PAGE = 16
 
 def storage_config(extra: dict) -> HiCacheStorageConfig:
     return HiCacheStorageConfig(
-        tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0, attn_cp_size=1,
-        is_mla_model=False, enable_storage_metrics=True, is_page_first_layout=True,
-        model_name="tiny/qwen3", extra_config=extra,
+        tp_rank=0,
+        tp_size=1,
+        pp_rank=0,
+        pp_size=1,
+        attn_cp_rank=0,
+        attn_cp_size=1,
+        is_mla_model=False,
+        enable_storage_metrics=True,
+        is_page_first_layout=True,
+        model_name="tiny/qwen3",
+        extra_config=extra,
     )
 
 
 def mha_host_pool(layout: str) -> MHATokenToKVPoolHost:
     kv = MHATokenToKVPool(512, PAGE, torch.bfloat16, 2, 64, 2, "cpu", False, start_layer=0, end_layer=2)
     return MHATokenToKVPoolHost(
-        kv.get_device_pool_infos()[0].buffer_info, 2, 0, PAGE, layout, pin_memory=False,
-        device_capacity_tokens=kv.size, start_layer=kv.start_layer, end_layer=kv.end_layer,
+        kv.get_device_pool_infos()[0].buffer_info,
+        2,
+        0,
+        PAGE,
+        layout,
+        pin_memory=False,
+        device_capacity_tokens=kv.size,
+        start_layer=kv.start_layer,
+        end_layer=kv.end_layer,
         write_back_staging=kv.hicache_write_back_staging,
     )
 
