@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
@@ -90,6 +90,7 @@ class SariaStorage(HiCacheStorage):
         self._tags: Dict[str, str] = {}
         self.mem_pool_host = None
         self.store: Optional[SariaStore] = None
+        self._evict_listeners: List[Callable[[List[Tuple[str, str]]], None]] = []
         self._io_log: Dict[str, List[float]] = {
             "prefetch_pgs": [],
             "backup_pgs": [],
@@ -109,6 +110,7 @@ class SariaStorage(HiCacheStorage):
             rank_cfg,
             bytes_per_token=bytes_per_token,
             default_slot_bytes=page_bytes or DEFAULT_SLOT_BYTES,
+            on_evict=self._on_store_evict,
             name=f"{os.path.abspath(cfg.data_dirs[0])}/{sub}",
         )
 
@@ -137,10 +139,30 @@ class SariaStorage(HiCacheStorage):
                 "saria store: host pool %s pages are not views of pool memory; using the copy path", name
             )
 
-    def _key(self, key: str, pool: str = PoolName.KV.value) -> str:
+    def storage_key(self, key: str, pool: str = PoolName.KV.value) -> str:
+        """Store key of a page hash for one pool (use it to reach `self.store` directly)."""
         tag = self._tags.get(pool, "")
         stem = key if pool == PoolName.KV.value else f"{key}.{pool}"
         return f"{stem}@{self.model_name}.{tag}"
+
+    @staticmethod
+    def split_storage_key(skey: str) -> Tuple[str, str]:
+        """Inverse of storage_key: (page hash, pool name). Page hashes are hex, without dots."""
+        stem = skey.rsplit("@", 1)[0]
+        key, _, pool = stem.partition(".")
+        return key, pool or PoolName.KV.value
+
+    def add_evict_listener(self, listener: Callable[[List[Tuple[str, str]]], None]) -> None:
+        """Tell `listener` which (page hash, pool) objects the store evicted for space.
+
+        The policy core uses this to keep its SSD location sets true.
+        """
+        self._evict_listeners.append(listener)
+
+    def _on_store_evict(self, skeys: List[str]) -> None:
+        pairs = [self.split_storage_key(k) for k in skeys]
+        for listener in self._evict_listeners:
+            listener(pairs)
 
     # ---------------------------------------------------------------- page I/O
     def _pages_io(
@@ -164,7 +186,7 @@ class SariaStorage(HiCacheStorage):
         pages = host_indices[:: view.page_size].tolist()
         results: List[Any] = []
         for key, index in zip(keys, pages):
-            skey = self._key(key, pool_name)
+            skey = self.storage_key(key, pool_name)
             segs = view.segments(index)
             if write:
                 data = segs if segs is not None else view.pool.get_data_page(index, flat=True).contiguous()
@@ -220,10 +242,10 @@ class SariaStorage(HiCacheStorage):
 
     # ---------------------------------------------------------------- existence
     def exists(self, key: str) -> bool:
-        return self._ensure_store().exists(self._key(key))
+        return self._ensure_store().exists(self.storage_key(key))
 
     def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
-        return self._ensure_store().prefix_hits([self._key(k) for k in keys])
+        return self._ensure_store().prefix_hits([self.storage_key(k) for k in keys])
 
     def batch_exists_v2(
         self,
@@ -239,7 +261,7 @@ class SariaStorage(HiCacheStorage):
         for t in pool_transfers or []:
             if not restorable:
                 break
-            present = [store.exists(self._key(k, str(t.name))) for k in keys[:kv_pages]]
+            present = [store.exists(self.storage_key(k, str(t.name))) for k in keys[:kv_pages]]
             if t.hit_policy == PoolHitPolicy.ALL_PAGES:
                 boundary = present.index(False) if False in present else kv_pages
                 pool_ok = set(range(1, boundary + 1))
@@ -258,23 +280,23 @@ class SariaStorage(HiCacheStorage):
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Optional[torch.Tensor]:
         if target_location is None:
             raise ValueError("saria store: get needs a target_location tensor to read into")
-        return target_location if self._ensure_store().get(self._key(key), target_location).ok else None
+        return target_location if self._ensure_store().get(self.storage_key(key), target_location).ok else None
 
     def batch_get(
         self, keys: List[str], target_locations: Any = None, target_sizes: Any = None
     ) -> List[Optional[torch.Tensor]]:
         if target_locations is None or len(target_locations) != len(keys):
             raise ValueError("saria store: batch_get needs one target tensor per key")
-        futs = [self._ensure_store().get_async(self._key(k), t) for k, t in zip(keys, target_locations)]
+        futs = [self._ensure_store().get_async(self.storage_key(k), t) for k, t in zip(keys, target_locations)]
         return [t if f.result().ok else None for f, t in zip(futs, target_locations)]
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
-        return self._ensure_store().put(self._key(key), value.contiguous()).ok
+        return self._ensure_store().put(self.storage_key(key), value.contiguous()).ok
 
     def batch_set(
         self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
     ) -> bool:
-        futs = [self._ensure_store().put_async(self._key(k), v.contiguous()) for k, v in zip(keys, values)]
+        futs = [self._ensure_store().put_async(self.storage_key(k), v.contiguous()) for k, v in zip(keys, values)]
         return all(f.result().ok for f in futs)
 
     # ---------------------------------------------------------------- misc

@@ -160,6 +160,7 @@ class SariaStore:
         ]
         self._metrics = store_metrics()
         self._counts: Dict[str, int] = {}
+        self._counts_lock = threading.Lock()
         self._lock = threading.Lock()
         self._entries: "OrderedDict[str, Entry]" = OrderedDict()  # LRU order, oldest first
         self._inflight: Dict[str, Future] = {}
@@ -211,7 +212,8 @@ class SariaStore:
 
     # ---------------------------------------------------------------- helpers
     def _count(self, op: str, result: str, n: int = 1) -> None:
-        self._counts[f"{op}_{result}"] = self._counts.get(f"{op}_{result}", 0) + n
+        with self._counts_lock:
+            self._counts[f"{op}_{result}"] = self._counts.get(f"{op}_{result}", 0) + n
         self._metrics.ops.labels(self.name, op, result).inc(n)
 
     @staticmethod
@@ -261,32 +263,42 @@ class SariaStore:
             raise ValueError(f"saria store: object {key!r} is empty")
         need = self.layout.slots_for(size)
         evicted: List[str] = []
-        with self._lock:
-            self._check_open()
-            cur = self._entries.get(key)
-            if cur is not None and not overwrite:
-                self._entries.move_to_end(key)
-                self._touched[key] = time.time()
-                return self._done(PutResult(key, True, already_present=True))
-            if key in self._inflight:
-                return self._inflight[key]
-            while self._alloc.free_slots < need and self._entries:
-                victim = next(iter(self._entries.values()))
-                self._remove(victim)
-                evicted.append(victim.key)
-            if self._alloc.free_slots < need:
-                self._count("put", "full")
-                reason = (
-                    f"store full: object {key!r} needs {need} slots of {self.layout.slot_bytes} bytes, "
-                    f"{self._alloc.free_slots} free of {self.layout.nslots} (rest held by in-flight I/O)"
-                )
-                result = self._done(PutResult(key, False, reason, evicted))
-            else:
-                slots = self._alloc.take(need)
-                self._seq += 1
-                entry = Entry(key, size, np.asarray(slots, dtype=np.int64), (), self._seq, time.time())
-                result = Future()
-                self._inflight[key] = result
+        while True:
+            with self._lock:
+                self._check_open()
+                cur = self._entries.get(key)
+                if cur is not None and not overwrite:
+                    self._entries.move_to_end(key)
+                    self._touched[key] = time.time()
+                    result = self._done(PutResult(key, True, already_present=True))
+                    break
+                if key in self._inflight:
+                    result = self._inflight[key]
+                    break
+                while self._alloc.free_slots < need and self._entries:
+                    victim = next(iter(self._entries.values()))
+                    self._remove(victim)
+                    evicted.append(victim.key)
+                if self._alloc.free_slots >= need:
+                    slots = self._alloc.take(need)
+                    self._seq += 1
+                    entry = Entry(key, size, np.asarray(slots, dtype=np.int64), (), self._seq, time.time())
+                    result = Future()
+                    self._inflight[key] = result
+                    break
+                # Backpressure: the rest of the store is in-flight puts; once one commits
+                # it becomes evictable.
+                waiting = next(iter(self._inflight.values()), None) if need <= self.layout.nslots else None
+                if waiting is None:
+                    self._count("put", "full")
+                    reason = (
+                        f"store full: object {key!r} needs {need} slots of {self.layout.slot_bytes} "
+                        f"bytes, {self._alloc.free_slots} free of {self.layout.nslots} "
+                        f"(rest held by in-flight reads)"
+                    )
+                    result = self._done(PutResult(key, False, reason, evicted))
+                    break
+            waiting.result()
         if evicted:
             self._count("evict", "lru", len(evicted))
             self._metrics.evictions.labels(self.name).inc(len(evicted))
@@ -523,6 +535,7 @@ class SariaStore:
             objects = len(self._entries)
             stored = sum(e.size for e in self._entries.values())
             used = (self.layout.nslots - self._alloc.free_slots) * self.layout.slot_bytes
+        with self._counts_lock:
             counts = dict(self._counts)
         self._update_gauges()
         return StoreStats(

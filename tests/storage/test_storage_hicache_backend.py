@@ -162,6 +162,21 @@ def test_mamba_sidecar_through_v2_pool_transfers(extra):
     backend.close()
 
 
+def test_store_evictions_reach_listeners_as_page_hashes(extra, tmp_path):
+    pool = mha_host_pool("page_first")
+    fill_random(pool)
+    small = {**extra, "capacity": str(4 * 16 * 1024)}  # room for 4 pages of 16 KiB
+    backend = SariaStorage(storage_config(small), pool)
+    seen = []
+    backend.add_evict_listener(seen.extend)
+    keys = [f"{i:04x}" for i in range(6)]
+    assert backend.batch_set_v1(keys, pages(pool, 1, 6)) == [True] * 6
+    assert seen == [("0000", "kv"), ("0001", "kv")]
+    assert backend.batch_exists(keys) == 0 and backend.batch_exists(keys[2:]) == 4
+    assert backend.split_storage_key(backend.storage_key("ab12", "mamba")) == ("ab12", "mamba")
+    backend.close()
+
+
 def test_extra_config_unknown_key_is_named_policy_keys_accepted(extra):
     with pytest.raises(ValueError, match="'capacty'"):
         SariaStorage(storage_config({**extra, "capacty": "1GiB"}))
