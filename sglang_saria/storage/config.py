@@ -123,6 +123,7 @@ class DriveRating:
         return cls(parse_bytes(value["capacity"], f"{key}.capacity"), float(dwpd), float(years))
 
 
+DEFAULT_CAPACITY_BYTES = 4 * 2**30
 ENGINES = ("auto", "posix", "kvikio")
 O_DIRECT_MODES = ("auto", "on", "off")
 
@@ -132,7 +133,9 @@ class StoreConfig:
     """Everything the SSD store needs; one data dir per SSD (objects stripe across all)."""
 
     data_dirs: list[str]
-    capacity: Capacity = field(default_factory=lambda: Capacity(bytes=64 * 2**30))
+    # Per store (per rank in SGLang). The slab is preallocated, so the default is
+    # modest; production deployments set it.
+    capacity: Capacity = field(default_factory=lambda: Capacity(bytes=DEFAULT_CAPACITY_BYTES))
     engine: str = "auto"
     read_threads: int = 4
     write_threads: int = 2

@@ -122,6 +122,13 @@ def prepare_slab(path: str, nbytes: int, preallocate: bool) -> None:
         if have >= nbytes:
             return
         if preallocate:
+            usage = shutil.disk_usage(os.path.dirname(path))
+            if usage.free - (nbytes - have) < usage.total // 10:
+                logger.warning(
+                    "saria store: preallocating %d bytes for %s leaves its file system under 10%% free",
+                    nbytes - have,
+                    path,
+                )
             try:
                 os.posix_fallocate(fd, have, nbytes - have)
                 return

@@ -33,7 +33,7 @@ import xxhash
 
 from sglang_saria.storage.allocator import SlotAllocator
 from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_cuda, total_bytes
-from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
 from sglang_saria.storage.engine import IOEngine, select_engine
 from sglang_saria.storage.index import DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
@@ -144,6 +144,8 @@ class SariaStore:
             prepare_dir(d)
         slot_bytes = SlabLayout.round_slot_bytes(config.slot_bytes or default_slot_bytes, len(dirs))
         capacity = config.capacity.resolve(bytes_per_token)
+        if config.capacity.bytes == DEFAULT_CAPACITY_BYTES:
+            logger.info("saria store: capacity %d bytes (the default; set 'capacity' to change)", capacity)
         self.layout = SlabLayout(dirs, slot_bytes, capacity // slot_bytes)
         self.capacity_bytes = self.layout.nslots * slot_bytes
 
