@@ -280,14 +280,18 @@ class SariaStorage(HiCacheStorage):
     def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Optional[torch.Tensor]:
         if target_location is None:
             raise ValueError("saria store: get needs a target_location tensor to read into")
-        return target_location if self._ensure_store().get(self.storage_key(key), target_location).ok else None
+        return (
+            target_location if self._ensure_store().get(self.storage_key(key), target_location).ok else None
+        )
 
     def batch_get(
         self, keys: List[str], target_locations: Any = None, target_sizes: Any = None
     ) -> List[Optional[torch.Tensor]]:
         if target_locations is None or len(target_locations) != len(keys):
             raise ValueError("saria store: batch_get needs one target tensor per key")
-        futs = [self._ensure_store().get_async(self.storage_key(k), t) for k, t in zip(keys, target_locations)]
+        futs = [
+            self._ensure_store().get_async(self.storage_key(k), t) for k, t in zip(keys, target_locations)
+        ]
         return [t if f.result().ok else None for f, t in zip(futs, target_locations)]
 
     def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
@@ -296,7 +300,9 @@ class SariaStorage(HiCacheStorage):
     def batch_set(
         self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
     ) -> bool:
-        futs = [self._ensure_store().put_async(self.storage_key(k), v.contiguous()) for k, v in zip(keys, values)]
+        futs = [
+            self._ensure_store().put_async(self.storage_key(k), v.contiguous()) for k, v in zip(keys, values)
+        ]
         return all(f.result().ok for f in futs)
 
     # ---------------------------------------------------------------- misc
