@@ -99,7 +99,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from sglang_saria.replay.trace import load_trace
-    from sglang_saria.replay.workload import apply_limits, session_start_times
+    from sglang_saria.replay.workload import apply_limits, session_starts
 
     policies = args.policy or DEFAULT_POLICIES
     spec = get_model_spec(args.model)
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     block_tokens = cfgs[0].metadata.block_tokens
     sessions = load_trace(args.trace, block_tokens, max_sessions=args.sessions)
     sessions = apply_limits(sessions, context_limit_tokens=context_limit)
-    starts = session_start_times(len(sessions), settings.window_s, settings.seed)
+    starts = session_starts(sessions, settings.window_s, settings.seed)
     results = []
     interrupted = False
     for policy, cfg in zip(policies, cfgs):
@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {
             "trace": args.trace,
             "sessions": len(sessions),
+            "top_level_sessions": sum(1 for s in sessions if getattr(s, "parent_id", None) is None),
             "requests": sum(len(s.requests) for s in sessions),
             "window_s": settings.window_s,
             "seed": settings.seed,
