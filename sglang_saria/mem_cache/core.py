@@ -95,12 +95,12 @@ class SariaCore:
         reached = md.record_use(keys, now, self.admission.reuse_threshold)
         nodes = md.nodes
         dram, ssd = self.dram, self.ssd
-        bb = self.block_bytes
-        for k, src in zip(keys, plan.sources):
-            if src == DRAM:
-                dram.access(k)
-            else:
-                ssd.read(k, bb)
+        hit = keys[: plan.n_blocks]
+        if plan.ssd_blocks == 0:
+            dram.access_many(hit)
+        else:
+            dram.access_many([k for k, src in zip(hit, plan.sources) if src == DRAM])
+            ssd.read_many([k for k, src in zip(hit, plan.sources) if src == SSD], self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
         for k in reached:

@@ -21,6 +21,11 @@ class EvictionPolicy(ABC):
     def access(self, key: int) -> None:
         """A resident key was read or re-used."""
 
+    def access_many(self, keys: list[int]) -> None:
+        """Batch of ``access`` in order (the per-request hot path)."""
+        for k in keys:
+            self.access(k)
+
     @abstractmethod
     def remove(self, key: int) -> None:
         """A resident key left the tier."""
@@ -48,6 +53,11 @@ class LRUEviction(EvictionPolicy):
     def access(self, key: int) -> None:
         self._order.move_to_end(key)
 
+    def access_many(self, keys: list[int]) -> None:
+        move = self._order.move_to_end
+        for k in keys:
+            move(k)
+
     def remove(self, key: int) -> None:
         del self._order[key]
 
@@ -64,6 +74,9 @@ class FIFOEviction(LRUEviction):
     name = "fifo"
 
     def access(self, key: int) -> None:
+        return None
+
+    def access_many(self, keys: list[int]) -> None:
         return None
 
 

@@ -75,8 +75,21 @@ class Tier:
             self.bytes_written_then_read += first
         self.eviction.access(key)
 
+    def read_many(self, keys: list[int], nbytes_each: int) -> None:
+        """``read`` for a run of same-sized objects, in order."""
+        unread = self._unread
+        for k in keys:
+            first = unread.pop(k, None)
+            if first is not None:
+                self.bytes_written_then_read += first
+        self.bytes_read += nbytes_each * len(keys)
+        self.eviction.access_many(keys)
+
     def access(self, key: int) -> None:
         self.eviction.access(key)
+
+    def access_many(self, keys: list[int]) -> None:
+        self.eviction.access_many(keys)
 
     def victim(self) -> int:
         return self.eviction.victim()
