@@ -22,9 +22,8 @@ class AdmissionEvent(str, Enum):
     PREWRITE = "prewrite"  # near the DRAM eviction end: would it qualify at its next eviction?
 
 
-# Prometheus-style names the SGLang adapter exports (labels: event).
+# Prometheus name under which the SGLang adapter exports ``AdmissionPolicy.admitted`` (label: event).
 METRIC_ADMITTED = "sglang:saria_ssd_admissions_total"
-METRIC_REJECTED = "sglang:saria_ssd_admission_rejections_total"
 
 
 class AdmissionPolicy(ABC):

@@ -77,11 +77,6 @@ class ContextMetadata:
                 reached.append(k)
         return reached
 
-    def has_checkpoint_at(self, index: int) -> bool:
-        """Whether node ``index`` (0-based block position) ends on a checkpoint boundary."""
-        s = self.checkpoint_stride
-        return s > 0 and (index + 1) % s == 0
-
     def set_location(self, key: int, obj: str, tier: int, present: bool) -> None:
         """Adapter hook: one object of a node gained/lost a copy in ``tier`` outside the core.
 

@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--p-tau", type=float, default=60.0, help="promotion recency threshold, seconds")
     p.add_argument("--bandwidth", default="48,20,48", help="ingress,gds,dram in GB/s")
     p.add_argument("--transfer", choices=TRANSFER_MODES, default="coordinated")
-    p.add_argument("--planner", choices=PLANNERS, default="saria")
+    p.add_argument("--planner", choices=PLANNERS, default="saria",
+                   help="saria | lmcache (LMCache+ tier-prefix lookup) | gds-only (implies --dram-tokens 0)")
     p.add_argument("--no-prewrite", action="store_true", help="disable prewrite (E+1) of DRAM-tail nodes")
     p.add_argument("--metadata-window", default="2h", help="metadata reclamation window")
     p.add_argument("--in-flight", type=int, default=4)
@@ -90,7 +91,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
         bandwidth=_parse_bandwidth(args.bandwidth),
         transfer=TransferConfig(mode=args.transfer, planner=args.planner),
         capacity=CapacityConfig(
-            dram_tokens=parse_token_count(args.dram_tokens, "--dram-tokens"),
+            dram_tokens=0 if args.planner == "gds-only" else parse_token_count(args.dram_tokens, "--dram-tokens"),
             ssd_tokens=parse_token_count(args.ssd_tokens, "--ssd-tokens"),
         ),
     )

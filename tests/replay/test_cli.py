@@ -72,3 +72,16 @@ def test_replays_hybrid_model_on_tracelab_sample(tmp_path, shared_dir):
     assert d["config"]["metadata"]["block_tokens"] == 1024 and d["config"]["checkpoint_bytes"] > 0
     r = d["results"][0]
     assert r["requests"] > 0 and r["blocks_hit"] <= r["blocks_achievable"]
+
+
+def test_baselines_lmcache_and_gds_only_run_on_the_same_workload(tmp_path):
+    common = ["--trace", "synthetic:3", "--sessions", "6", "--window", "40m", "--dram-tokens", "150k",
+              "--policy", "full-duplicate"]
+    saria = _run(tmp_path, *common)["results"][0]
+    lmc = _run(tmp_path, *common, "--planner", "lmcache", "--transfer", "serial", "--promotion", "zero")["results"][0]
+    gds = _run(tmp_path, *common, "--planner", "gds-only", "--promotion", "zero")
+    assert gds["config"]["capacity"]["dram_tokens"] == 0
+    g = gds["results"][0]
+    assert g["dram_only_hit_request_frac"] == 0.0 and g["dram_evictions"] == 0
+    assert saria["blocks_hit"] >= lmc["blocks_hit"] * 0.9  # unified planning never loses much to tier-prefix lookup
+    assert g["ssd_read_bytes"] > 0
