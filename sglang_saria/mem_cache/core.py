@@ -95,12 +95,14 @@ class SariaCore:
         reached = md.record_use(keys, now, self.admission.reuse_threshold)
         nodes = md.nodes
         dram, ssd = self.dram, self.ssd
-        hit = keys[: plan.n_blocks]
+        # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
+        hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
-            dram.access_many([k for k, src in zip(hit, plan.sources) if src == DRAM])
-            ssd.read_many([k for k, src in zip(hit, plan.sources) if src == SSD], self.block_bytes)
+            src_rev = plan.sources[::-1]
+            dram.access_many([k for k, src in zip(hit, src_rev) if src == DRAM])
+            ssd.read_many([k for k, src in zip(hit, src_rev) if src == SSD], self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
         for k in reached:
@@ -120,7 +122,8 @@ class SariaCore:
         dram = self.dram
         adm = self.admission
         writes_ssd = adm.writes_ssd
-        for k in keys[plan.n_blocks :]:
+        n_hit = plan.n_blocks
+        for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
             if node is None:  # reclaimed while the request ran; it is recomputed as new
                 continue
@@ -137,6 +140,8 @@ class SariaCore:
                     node.ck_loc |= DRAM
             if writes_ssd and not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.INSERT):
                 self._write(k, node, acts, AdmissionEvent.INSERT)
+        if n_hit:
+            self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
             self._promote(keys, plan, now, acts)
         if self._prewrite:
@@ -150,6 +155,16 @@ class SariaCore:
         if node.ck_loc >= 0:
             return self.block_tokens + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes
         return self.block_tokens, self.block_bytes
+
+    def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
+        """Make the reused prefix more recent than the blocks computed after it.
+
+        A radix cache evicts leaves first: a prefix's tail goes before its head, since a
+        missing head makes everything behind it unusable. Touching deepest-first keeps that
+        order in a flat LRU (the head ends up most recent).
+        """
+        dram = self.dram
+        dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
 
     def _write(self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent) -> None:
         """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room."""
@@ -230,12 +245,16 @@ class SariaCore:
                 budget += self.dram.size_of(k)[0]
                 if budget >= need:
                     break
+        fitting = []
         for k in chosen:
-            node = nodes[k]
-            tokens, nbytes = self._size(node)
+            tokens = self._size(nodes[k])[0]
             if tokens > budget:
                 break
             budget -= tokens
+            fitting.append(k)
+        for k in reversed(fitting):  # deepest first, as everywhere (head most recent)
+            node = nodes[k]
+            tokens, nbytes = self._size(node)
             if self.dram.free_tokens < tokens:
                 self._evict_dram(tokens, acts)
             self.dram.insert(k, tokens, nbytes)

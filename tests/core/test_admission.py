@@ -89,7 +89,7 @@ def test_reuse_threshold_reached_while_evicted_writes_on_recompute():
 def test_full_duplicate_writes_every_new_block_once():
     core = make_core("full-duplicate")
     _, _, f = run_request(core, [1, 2, 3], 0.0)
-    assert f.ssd_writes == [1, 2, 3]
+    assert f.ssd_writes == [3, 2, 1]  # deepest first
     _, _, f = run_request(core, [1, 2, 3, 4], 1.0)
     assert f.ssd_writes == [4]
     assert core.ssd.bytes_written == 4 * core.block_bytes
@@ -103,9 +103,19 @@ def test_none_never_writes_ssd():
     assert core.stats.dram_evictions == 16
 
 
-def test_ssd_is_lru_and_evicted_nodes_lose_their_ssd_location():
+def test_ssd_evicts_a_prefix_tail_before_its_head_and_evicted_nodes_lose_their_location():
     core = make_core("full-duplicate", dram_blocks=2, ssd_blocks=3)
     run_request(core, [1, 2], 0.0)
     _, _, f = run_request(core, [5, 6], 1.0)
-    assert f.ssd_evictions == [1]
-    assert core.metadata.get(1).fa_loc == 0 and core.ssd.used_tokens <= core.ssd.capacity_tokens
+    assert f.ssd_evictions == [2]  # leaf first, as in a radix tree: 1 still serves the prefix [1]
+    assert core.metadata.get(2).fa_loc == 0 and core.metadata.get(1).fa_loc == SSD
+    assert core.lookup([1, 2]).n_blocks == 1 and core.ssd.used_tokens <= core.ssd.capacity_tokens
+
+
+def test_dram_evicts_a_prefix_tail_before_its_head_even_when_the_head_was_a_hit():
+    core = make_core("none", dram_blocks=4)
+    run_request(core, [1, 2], 0.0)
+    run_request(core, [1, 2, 3, 4], 1.0)  # hits 1, 2; computes 3, 4
+    _, _, f = run_request(core, [9], 2.0)
+    assert f.dram_evictions == [4]
+    assert core.lookup([1, 2, 3, 4]).n_blocks == 3
