@@ -85,3 +85,26 @@ def test_baselines_lmcache_and_gds_only_run_on_the_same_workload(tmp_path):
     assert g["dram_only_hit_request_frac"] == 0.0 and g["dram_evictions"] == 0
     assert saria["blocks_hit"] >= lmc["blocks_hit"] * 0.9  # unified planning never loses much to tier-prefix lookup
     assert g["ssd_read_bytes"] > 0
+
+
+def test_ctrl_c_prints_the_partial_table_and_skips_remaining_policies(tmp_path, capsys, monkeypatch):
+    from sglang_saria.mem_cache.core import SariaCore
+
+    real = SariaCore.finish_request
+    calls = {"n": 0}
+
+    def interrupting(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 30:
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(SariaCore, "finish_request", interrupting)
+    out = tmp_path / "r.json"
+    rc = main(["--trace", "synthetic:2", "--sessions", "6", "--policy", "none", "--policy", "full-duplicate",
+               "--json", str(out), "--no-progress"])
+    assert rc == 130
+    text = capsys.readouterr().out
+    assert "interrupted" in text and "none" in text
+    d = json.loads(out.read_text())
+    assert d["config"]["interrupted"] and len(d["results"]) == 1 and d["results"][0]["requests"] == 29
