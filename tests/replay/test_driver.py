@@ -146,3 +146,27 @@ def test_ctrl_c_returns_partial_results(monkeypatch):
 def test_mismatched_start_times_are_an_error():
     with pytest.raises(ValueError, match="start times"):
         replay([TraceSession("a", [req(1, 1)])], [0.0, 1.0], cfg(), SPEC)
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["none", "full-duplicate", "eviction:E2", "combined:E2R3"]),
+    in_flight=st.integers(1, 4),
+    transfer=st.sampled_from(["serial", "overlap", "coordinated"]),
+    dram_blocks=st.integers(0, 12),
+)
+def test_random_workloads_complete_every_request_with_consistent_times(seed, policy, in_flight, transfer, dram_blocks):
+    sessions, starts = _workload(n=6, seed=seed)
+    c = cfg(policy, dram=dram_blocks * BT, ssd=30 * BT, transfer={"mode": transfer})
+    res = replay(sessions, starts, c, SPEC, ReplaySettings(in_flight=in_flight, horizon_s=1e9))
+    log = res.log
+    assert len(log) == sum(len(s.requests) for s in sessions)
+    for h, a, x, t in zip(log.hit_blocks, log.achievable_blocks, log.transfer_s, log.ttft_s):
+        assert 0 <= h <= a
+        assert 0.0 <= x <= t + 1e-12
+        assert (h == 0) == (x == 0.0)
