@@ -63,6 +63,7 @@ class ReplayResult:
     core: SariaCore
     end_time_s: float
     block_events: int
+    gpu_busy_s: float  # total modelled prefill time; near end_time_s means compute-bound (queues grow)
     interrupted: bool = False
 
 
@@ -117,6 +118,7 @@ def replay(
     seen: set[int] = set()
     in_flight = 0
     gpu_free = 0.0
+    gpu_busy = 0.0
     end_t = 0.0
     block_events = 0
     next_rid = 0
@@ -157,9 +159,10 @@ def replay(
                 transfer_done(done_rid, t_done)
 
     def transfer_done(rid: int, t: float) -> None:
-        nonlocal gpu_free
+        nonlocal gpu_free, gpu_busy
         a = active[rid]
         a.transfer_done_t = t
+        gpu_busy += a.computed_tokens / tps
         gpu_free = max(gpu_free, t) + a.computed_tokens / tps
         st.push(gpu_free, _COMPUTE_DONE, rid)
 
@@ -221,4 +224,5 @@ def replay(
         days_replayed=min(end_t, settings.horizon_s) / 86400.0,
         dwpd=settings.dwpd,
     )
-    return ReplayResult(metrics, log, core, end_t, block_events, interrupted)
+    logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), gpu_busy, end_t)
+    return ReplayResult(metrics, log, core, end_t, block_events, gpu_busy, interrupted)
