@@ -151,10 +151,6 @@ class TraceStats:
     mean_idle_s: float
     subagent_sessions: int
 
-    def table(self) -> str:
-        return "\n".join(f"{k:22s} {v:,.1f}" if isinstance(v, float) else f"{k:22s} {v:,}"
-                         for k, v in self.__dict__.items())
-
 
 def describe(sessions: list[TraceSession]) -> TraceStats:
     inputs = np.array([r.input_tokens for s in sessions for r in s.requests], dtype=np.float64)
