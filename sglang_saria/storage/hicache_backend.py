@@ -29,6 +29,8 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.host_pages import HostPageView
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
@@ -36,6 +38,8 @@ from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/saria_hicache"
+# Sections of the policy config (sglang_saria.config.SariaConfig) in the same JSON.
+POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig))
 # Keys SGLang itself leaves in the extra-config dict (dynamic backend loading).
 SGLANG_EXTRA_KEYS = frozenset({"interface_v1", "backend_name", "module_path", "class_name"})
 _REGISTERED_KEYS: set = set()
@@ -66,6 +70,15 @@ def _format_tag(pool: Any) -> str:
     return f"{getattr(pool, 'layout', '')}.{dtype}"
 
 
+def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
+    """The policy sections of the extra config; `"admission": "eviction:E2"` is short for
+    `{"admission": {"policy": "eviction:E2"}}`."""
+    sections = {k: v for k, v in extra.items() if k in POLICY_KEYS}
+    if isinstance(sections.get("admission"), str):
+        sections["admission"] = {"policy": sections["admission"]}
+    return SariaConfig.from_dict(sections, source="--hicache-storage-backend-extra-config")
+
+
 class SariaStorage(HiCacheStorage):
     def __init__(
         self,
@@ -73,10 +86,12 @@ class SariaStorage(HiCacheStorage):
         mem_pool_host: Any = None,
         other_known_keys: Optional[Iterable[str]] = None,
     ) -> None:
-        known = known_extra_config_keys() | frozenset(other_known_keys or ())
+        known = known_extra_config_keys() | POLICY_KEYS | frozenset(other_known_keys or ())
         self.store_config = StoreConfig.from_extra_config(
             storage_config.extra_config, known, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
         )
+        self.policy_config = policy_config_from_extra(storage_config.extra_config or {})
+        self.saria_policy: Optional[SariaHiCachePolicy] = None
         if storage_config.is_mla_model and storage_config.tp_size > 1:
             raise ValueError(
                 "saria store: MLA models with tp_size > 1 replicate KV across ranks and need "
@@ -125,6 +140,8 @@ class SariaStorage(HiCacheStorage):
         if self.store is None:
             view = self._views[PoolName.KV.value]
             self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
+        # The radix cache (patch 005) asks this policy instead of writing every host page through.
+        self.saria_policy = SariaHiCachePolicy(self.policy_config, int(mem_pool_host.page_size), self.exists)
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         self.registered_pools[str(host_pool_name)] = host_pool
