@@ -12,25 +12,11 @@ import json
 
 import pytest
 
-from sglang_saria.launcher import cached_tokens, logprob_trace
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_metrics
 
 from .agent_workload import agent_requests
 
 pytestmark = pytest.mark.e2e
-
-
-def saria_metrics(text: str) -> dict[str, float]:
-    """`sglang:saria_*` samples of a Prometheus exposition, summed over labels but `event`."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line.startswith("sglang:saria_"):
-            continue
-        sample, value = line.rsplit(" ", 1)
-        name = sample.split("{")[0]
-        if 'event="' in sample:
-            name += "/" + sample.split('event="')[1].split('"')[0]
-        values[name] = values.get(name, 0.0) + float(value)
-    return values
 
 
 @pytest.fixture(scope="module")
