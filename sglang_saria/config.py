@@ -68,9 +68,9 @@ class AdmissionConfig:
     prewrite_depth_blocks: int = 64  # "near the eviction end": this many LRU-end DRAM nodes are examined
     # budget:<DWPD> write-budget controller (mem_cache/budget.py)
     budget_horizon_s: float = 3600.0  # token-bucket depth: seconds of rated writes that may be saved up
-    budget_theta_min: int = 1  # theta_E with a full bucket (slack)
-    budget_theta_max: int = 8  # theta_E with an empty bucket (peak load)
-    budget_reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only
+    budget_theta_min: int = 2  # theta_E with a full bucket (slack)
+    budget_theta_max: int = 12  # theta_E with an empty bucket (peak load)
+    budget_reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
 
     def validate(self, prefix: str = "admission") -> None:

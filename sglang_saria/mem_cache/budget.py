@@ -34,9 +34,9 @@ class BudgetParams:
     dwpd: float
     capacity_bytes: int
     horizon_s: float = 3600.0
-    theta_min: int = 1
-    theta_max: int = 8
-    reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only
+    theta_min: int = 2
+    theta_max: int = 12
+    reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
 
     def __post_init__(self) -> None:
         if not (self.dwpd > 0 and math.isfinite(self.dwpd)):

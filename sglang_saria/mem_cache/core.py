@@ -276,4 +276,6 @@ class SariaCore:
             if not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):
                 due.append(k)
         for k in due:
-            self._write(k, nodes[k], acts, AdmissionEvent.PREWRITE)
+            node = nodes[k]
+            if adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):  # re-asked: a write budget may run out mid-scan
+                self._write(k, node, acts, AdmissionEvent.PREWRITE)
