@@ -33,6 +33,7 @@ logger = logging.getLogger(__name__)
 SECONDS_PER_DAY = 86400.0
 DAYS_PER_YEAR = 365.0
 DEFAULT_SWEEP = [
+    "none",  # DRAM-only: writes nothing, so the recommendation is never worse than not using the SSD
     "full-duplicate",
     "eviction:E2",
     "eviction:E3",
@@ -361,7 +362,9 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     else:
         starts = session_starts(sessions, settings.window_s, settings.seed)
     results = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress)
-    days = min(r["write_budget_norm"] for r in results)  # replayed days (ReplaySettings.dwpd = 1); the shortest run
+    # replayed days (ReplaySettings.dwpd = 1): the drive's budget accrues over the whole period the
+    # workload occupies, i.e. the longest run (horizon-truncated), also for runs that finished earlier
+    days = max(r["write_budget_norm"] for r in results)
     budget = dwpd_eff * pool_bytes * days
     plan = build_plan(results, budget)
     fd = next(r for r in results if r["policy"] == "full-duplicate")
