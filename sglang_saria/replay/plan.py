@@ -162,14 +162,22 @@ def _init_worker(sessions: list, starts: np.ndarray, spec: ModelSpec, settings: 
     _WORK.update(sessions=sessions, starts=starts, spec=spec, settings=settings)
 
 
-def _run_point(index: int, cfg) -> tuple[int, dict]:
+@dataclass(frozen=True)
+class SweepPoint:
+    """One replayed policy: its ``saria-replay`` result record and the logical time its last request finished."""
+
+    metrics: dict
+    span_s: float
+
+
+def _run_point(index: int, cfg) -> tuple[int, SweepPoint]:
     w = _WORK
     res = replay(w["sessions"], w["starts"], cfg, w["spec"], w["settings"], progress=False, label=cfg.admission.policy)
-    return index, res.metrics
+    return index, SweepPoint(res.metrics, res.end_time_s)
 
 
 def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, settings: ReplaySettings,
-          jobs: int, progress: bool = True) -> list[dict]:
+          jobs: int, progress: bool = True) -> list[SweepPoint]:
     """Replay every config on the identical workload; results in ``cfgs`` order.
 
     ``jobs > 1`` runs points in worker processes; each replay is deterministic, so the
@@ -177,7 +185,7 @@ def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, setti
     """
     from tqdm import tqdm
 
-    results: list[dict | None] = [None] * len(cfgs)
+    results: list[SweepPoint | None] = [None] * len(cfgs)
     with tqdm(total=len(cfgs), desc="sweep", unit="policy", disable=not progress) as bar:
         if jobs <= 1:
             _init_worker(sessions, starts, spec, settings)
@@ -191,9 +199,9 @@ def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, setti
                                      initargs=(sessions, starts, spec, settings)) as pool:
                 futures = [pool.submit(_run_point, i, cfg) for i, cfg in enumerate(cfgs)]
                 for fut in as_completed(futures):
-                    i, metrics = fut.result()
-                    results[i] = metrics
-                    bar.set_postfix_str(metrics["policy"])
+                    i, point = fut.result()
+                    results[i] = point
+                    bar.set_postfix_str(point.metrics["policy"])
                     bar.update(1)
     return results  # type: ignore[return-value]
 
@@ -361,10 +369,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         starts = load_step_starts(sessions, settings.window_s, parse_duration_s(args.load_step, "--load-step"), settings.seed)
     else:
         starts = session_starts(sessions, settings.window_s, settings.seed)
-    results = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress)
-    # replayed days (ReplaySettings.dwpd = 1): the drive's budget accrues over the whole period the
-    # workload occupies, i.e. the longest run (horizon-truncated), also for runs that finished earlier
-    days = max(r["write_budget_norm"] for r in results)
+    swept = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress)
+    results = [p.metrics for p in swept]
+    # The drive's budget accrues over the whole period the workload occupies: until the last
+    # request of the longest run finished (requests issued before the horizon still complete and write).
+    days = max(p.span_s for p in swept) / SECONDS_PER_DAY
     budget = dwpd_eff * pool_bytes * days
     plan = build_plan(results, budget)
     fd = next(r for r in results if r["policy"] == "full-duplicate")

@@ -46,6 +46,7 @@ def test_json_has_exactly_the_issue_shape(tmp_path, capsys):
     assert writes == sorted(writes)
     for p in d["points"]:
         assert p["within_budget"] == (p["ssd_write_bytes"] <= d["budget_bytes"])
+    assert next(p for p in d["points"] if p["policy"] == "budget:1")["within_budget"]  # the controller, by construction
     rec = d["recommendation"]
     feasible = [p for p in d["points"] if p["within_budget"]]
     assert rec["within_budget"] and rec["ttft_mean_s"] == min(p["ttft_mean_s"] for p in feasible)
@@ -64,7 +65,8 @@ def test_parallel_sweep_equals_serial():
     serial = sweep(cfgs, sessions, starts, spec, settings, jobs=1, progress=False)
     parallel = sweep(cfgs, sessions, starts, spec, settings, jobs=2, progress=False)
     assert serial == parallel
-    assert [r["policy"] for r in parallel] == ["full-duplicate", "eviction:E2", "combined:E3R4", "budget:20"]
+    assert [p.metrics["policy"] for p in parallel] == ["full-duplicate", "eviction:E2", "combined:E3R4", "budget:20"]
+    assert all(p.span_s > 0 for p in parallel)
 
 
 def test_recommendation_is_lowest_ttft_within_budget_else_closest():
