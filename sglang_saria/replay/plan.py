@@ -376,12 +376,11 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     days = max(p.span_s for p in swept) / SECONDS_PER_DAY
     budget = dwpd_eff * pool_bytes * days
     plan = build_plan(results, budget)
-    fd = next(r for r in results if r["policy"] == "full-duplicate")
-    rec = next(r for r in results if r["policy"] == plan["recommendation"]["policy"])
-    span_s = days * SECONDS_PER_DAY
-    rates = [("full duplicate", endurance_arithmetic(drives, fd["ssd_write_bytes"] / span_s))]
-    if rec is not fd:
-        rates.append((f"recommended {rec['policy']}", endurance_arithmetic(drives, rec["ssd_write_bytes"] / span_s)))
+    by_policy = {p.metrics["policy"]: p for p in swept}
+    shown = dict.fromkeys(["full-duplicate", plan["recommendation"]["policy"]])
+    rates = [(("full duplicate" if name == "full-duplicate" else f"recommended {name}"),
+              endurance_arithmetic(drives, by_policy[name].metrics["ssd_write_bytes"] / by_policy[name].span_s))
+             for name in shown]  # each policy's measured rate over its own replayed span
     text = "\n".join([
         f"{args.trace}: {len(sessions)} sessions, window {args.window}{' -> ' + args.load_step if args.load_step else ''}, "
         f"{spec.name}, DRAM {cfgs[0].capacity.dram_tokens} / SSD {cfgs[0].capacity.ssd_tokens} tokens, replayed {days:.3f} days",

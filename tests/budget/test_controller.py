@@ -20,6 +20,7 @@ def test_bucket_starts_empty_refuses_then_earns_the_rated_rate():
     c = _ctl()
     assert c.rate == pytest.approx(1000.0) and c.depth == pytest.approx(100_000.0)
     c.on_clock(0.0)
+    assert c.state() == {"theta_E": 8, "theta_R": 12, "fill": 0.0, "bytes_admitted": 0}
     assert c.level == 0 and c.theta_E == 8 and not c.should_admit(99, 0, EV)  # nothing earned yet
     c.on_clock(10.0)
     assert c.level == pytest.approx(10_000.0)
