@@ -6,7 +6,8 @@ policy (each on the identical workload, in parallel processes), draws the Pareto
 of SSD writes against CHAR P25-bad and modelled TTFT, marks the points whose writes fit
 the drives' budget over the replayed period, and recommends the lowest mean TTFT among
 them. It also prints the paper's Table 1 arithmetic (section 2.2) for the drives at the
-replay's measured full-duplicate write rate.
+replay's measured full-duplicate write rate. The SSD cache defaults to the drives'
+capacity in tokens (``--ssd-tokens`` overrides it; the budget always follows the drives).
 """
 
 from __future__ import annotations

@@ -145,3 +145,13 @@ def test_parse_errors_are_plan_errors():
     with pytest.raises(PlanError, match="must be positive"):
         build_plan([], 0)
     assert parse_drives(["4TiB"], ["1"], ["5"])[0].capacity_bytes == 4 * 2**40
+
+
+def test_load_step_flag_and_drive_pool(tmp_path):
+    out = tmp_path / "p.json"
+    rc = main([*SMALL, "--load-step", "10m", "--ssd-capacity", "0.2TB", "--dwpd", "2", "--years", "5", "--drives", "2",
+               "--policy", "eviction:E2", "--jobs", "1", "--json", str(out)])
+    assert rc == 0
+    d = json.loads(out.read_text())
+    assert {p["policy"] for p in d["points"]} == {"full-duplicate", "eviction:E2", "budget:2"}
+    assert next(p for p in d["points"] if p["policy"] == "budget:2")["within_budget"]
