@@ -311,7 +311,7 @@ def plot_front(plan: dict[str, Any], path: str, band: tuple[float, float], title
     ax.set_xlabel("SSD writes over the replay (TB)")
     ax.set_ylabel("mean TTFT (s, modelled)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="best")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
