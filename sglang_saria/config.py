@@ -63,9 +63,15 @@ def _check(cond: bool, name: str, value: Any, why: str) -> None:
 class AdmissionConfig:
     """Paper 4.2: which nodes are persisted to SSD, and how early writes start."""
 
-    policy: str = "eviction:E2"  # none | full-duplicate | eviction:E<n> | reuse:R<n> | combined:E<n>R<m>
+    policy: str = "eviction:E2"  # none | full-duplicate | eviction:E<n> | reuse:R<n> | combined:E<n>R<m> | budget:<DWPD>
     prewrite: bool = True
     prewrite_depth_blocks: int = 64  # "near the eviction end": this many LRU-end DRAM nodes are examined
+    # budget:<DWPD> write-budget controller (mem_cache/budget.py)
+    budget_horizon_s: float = 3600.0  # token-bucket depth: seconds of rated writes that may be saved up
+    budget_theta_min: int = 2  # theta_E with a full bucket (slack)
+    budget_theta_max: int = 12  # theta_E with an empty bucket (peak load)
+    budget_reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
+    budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
 
     def validate(self, prefix: str = "admission") -> None:
         from sglang_saria.mem_cache.admission import parse_policy_name
@@ -75,6 +81,11 @@ class AdmissionConfig:
         except ValueError as e:
             raise ConfigError(f"{prefix}.policy={self.policy!r}: {e}") from None
         _check(self.prewrite_depth_blocks >= 0, f"{prefix}.prewrite_depth_blocks", self.prewrite_depth_blocks, "must be >= 0")
+        _check(self.budget_horizon_s > 0, f"{prefix}.budget_horizon_s", self.budget_horizon_s, "must be > 0")
+        _check(1 <= self.budget_theta_min <= self.budget_theta_max, f"{prefix}.budget_theta_min", self.budget_theta_min,
+               f"must be >= 1 and <= budget_theta_max={self.budget_theta_max}")
+        _check(self.budget_reuse_offset >= 0, f"{prefix}.budget_reuse_offset", self.budget_reuse_offset, "must be >= 0")
+        _check(self.budget_capacity_bytes >= 0, f"{prefix}.budget_capacity_bytes", self.budget_capacity_bytes, "must be >= 0")
 
 
 @dataclass

@@ -5,7 +5,8 @@ A policy is a pure predicate over a node's shared counters at one of four moment
 (write-before-reclaim, reuse-triggered async write, prewrite with ``E + 1``) is the
 core's job; the policy only says whether a node qualifies at that moment.
 
-Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``.
+Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
+and ``budget:<DWPD>`` (the online write-budget controller in ``budget.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sglang_saria.config import AdmissionConfig
 
 
 class AdmissionEvent(str, Enum):
@@ -42,7 +47,11 @@ class AdmissionPolicy(ABC):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         """Pure: no side effects, safe to call speculatively."""
 
-    def on_admitted(self, event: AdmissionEvent) -> None:
+    def on_clock(self, now: float) -> None:
+        """The core's clock at each request call; only time-driven policies (budget) use it."""
+
+    def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
+        """A write of ``nbytes`` was emitted for ``event``."""
         self.admitted[event.value] += 1
 
     def reset(self) -> None:
@@ -104,16 +113,29 @@ class ThresholdAdmission(AdmissionPolicy):
 
 
 _NAME_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
+_BUDGET_RE = re.compile(r"^budget:([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+
+
+def parse_budget_dwpd(name: str) -> float:
+    """DWPD of a ``budget:<DWPD>`` name; raises ValueError for zero, negative or malformed values."""
+    m = _BUDGET_RE.match(name)
+    dwpd = float(m.group(1)) if m else 0.0
+    if not m or dwpd <= 0:
+        raise ValueError(f"admission policy {name!r}: budget:<DWPD> needs a positive number of drive writes per day, e.g. budget:1")
+    return dwpd
 
 
 def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:
     """Split a policy name into (kind, theta_E, theta_R); raises ValueError listing the forms."""
     if name in ("none", "full-duplicate"):
         return name, None, None
+    if name.startswith("budget:"):
+        parse_budget_dwpd(name)
+        return "budget", None, None
     m = _NAME_RE.match(name)
     if not m:
         raise ValueError(
-            f"unknown admission policy {name!r}; expected none, full-duplicate, eviction:E<n>, reuse:R<n> or combined:E<n>R<m>"
+            f"unknown admission policy {name!r}; expected none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m> or budget:<DWPD>"
         )
     e1, r1, e2, r2 = m.groups()
     theta_E = int(e1 or e2) if (e1 or e2) else None
@@ -124,9 +146,26 @@ def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:
     return ("combined" if e2 else "eviction" if e1 else "reuse"), theta_E, theta_R
 
 
-def make_admission_policy(name: str) -> AdmissionPolicy:
-    """Factory: build a policy from its name (see module docstring)."""
+def make_admission_policy(name: str, cfg: "AdmissionConfig | None" = None, ssd_capacity_bytes: int = 0) -> AdmissionPolicy:
+    """Factory: build a policy from its name (see module docstring).
+
+    ``budget:<DWPD>`` also reads ``cfg.budget_*`` and needs the drive capacity:
+    ``cfg.budget_capacity_bytes``, else ``ssd_capacity_bytes`` (the SSD tier's).
+    """
     kind, theta_E, theta_R = parse_policy_name(name)
+    if kind == "budget":
+        from sglang_saria.config import AdmissionConfig
+        from sglang_saria.mem_cache.budget import BudgetParams, WriteBudgetController
+
+        cfg = cfg or AdmissionConfig(policy=name)
+        return WriteBudgetController(BudgetParams(
+            dwpd=parse_budget_dwpd(name),
+            capacity_bytes=cfg.budget_capacity_bytes or ssd_capacity_bytes,
+            horizon_s=cfg.budget_horizon_s,
+            theta_min=cfg.budget_theta_min,
+            theta_max=cfg.budget_theta_max,
+            reuse_offset=cfg.budget_reuse_offset,
+        ))
     if kind == "none":
         return NoAdmission()
     if kind == "full-duplicate":

@@ -54,7 +54,7 @@ class SariaCore:
         bt = cfg.metadata.block_tokens
         self.hybrid = spec.is_hybrid
         self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None, cfg.metadata.metadata_window_s)
-        self.admission = make_admission_policy(cfg.admission.policy)
+        self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
         self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction))
@@ -89,6 +89,7 @@ class SariaCore:
         Reuse-triggered writes (``R`` reached ``theta_R`` while in DRAM) are returned
         as asynchronous SSD writes. O(len(keys)).
         """
+        self.admission.on_clock(now)
         plan = self.lookup(keys)
         acts = Actions()
         md = self.metadata
@@ -117,6 +118,7 @@ class SariaCore:
         DRAM evictions run admission (write-before-reclaim); then prewrite examines the
         eviction end of DRAM; finally stale metadata is reclaimed.
         """
+        self.admission.on_clock(now)
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
@@ -186,7 +188,7 @@ class SariaCore:
         if node.ck_loc >= 0:
             node.ck_loc |= SSD
         acts.ssd_writes.append(key)
-        self.admission.on_admitted(event)
+        self.admission.on_admitted(event, nbytes)
         st = self.stats
         if event is AdmissionEvent.EVICT:
             st.evict_writes += 1
@@ -274,4 +276,6 @@ class SariaCore:
             if not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):
                 due.append(k)
         for k in due:
-            self._write(k, nodes[k], acts, AdmissionEvent.PREWRITE)
+            node = nodes[k]
+            if adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):  # re-asked: a write budget may run out mid-scan
+                self._write(k, node, acts, AdmissionEvent.PREWRITE)

@@ -38,11 +38,20 @@ DEFAULT_POLICIES = ["none", "full-duplicate", "eviction:E2"]
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="saria-replay", description=__doc__.splitlines()[0])
+    add_replay_args(p)
+    p.add_argument("--policy", action="append", default=None, help=f"admission policy, repeatable (default {' '.join(DEFAULT_POLICIES)})")
+    p.add_argument("--json", dest="json_path", default=None, help="write config + results JSON here")
+    p.add_argument("--plot", default=None, help="write the write-vs-TTFT figure (PNG) here")
+    p.add_argument("--report", default=None, metavar="DIR", help="write a Markdown report with tables and PNG figures into DIR")
+    return p
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    """Workload, model, capacity and transfer flags shared with ``saria-plan``."""
     p.add_argument("--trace", required=True, help="weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]")
     p.add_argument("--sessions", type=int, default=None, help="first N sessions in dataset order")
     p.add_argument("--window", default="12h", help="session-start window (12h, 4h, 2h, 40m, ...)")
     p.add_argument("--seed", type=int, default=0, help="seed of the Gamma(k=1) start gaps")
-    p.add_argument("--policy", action="append", default=None, help=f"admission policy, repeatable (default {' '.join(DEFAULT_POLICIES)})")
     p.add_argument("--model", default="qwen3-8b", help=f"one of {', '.join(sorted(MODEL_SPECS))}")
     p.add_argument("--block-tokens", type=int, default=None, help="tokens per block (default 512 FA / 1024 hybrid)")
     p.add_argument("--checkpoint-tokens", type=int, default=16384, help="GDN checkpoint spacing (hybrid models)")
@@ -61,10 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prefill-tps", type=float, default=6500.0, help="computed prefill tokens per second")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
     p.add_argument("--horizon", default="24h", help="truncate the replay at this logical time")
-    p.add_argument("--json", dest="json_path", default=None, help="write config + results JSON here")
-    p.add_argument("--plot", default=None, help="write the write-vs-TTFT figure (PNG) here")
     p.add_argument("--no-progress", action="store_true")
-    return p
 
 
 def _parse_bandwidth(s: str) -> BandwidthConfig:
@@ -98,7 +104,8 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
     return cfg.validate()
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
+    """Replay every policy; ``logs`` (if given) receives each replay's ``RequestLog``."""
     from sglang_saria.replay.trace import load_trace
     from sglang_saria.replay.workload import apply_limits, session_starts
 
@@ -122,6 +129,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for policy, cfg in zip(policies, cfgs):
         res = replay(sessions, starts, cfg, spec, settings, progress=not args.no_progress, label=policy)
         results.append(res.metrics)
+        if logs is not None:
+            logs.append(res.log)
         if res.interrupted:
             interrupted = True
             break
@@ -155,8 +164,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    logs: list = []
     try:
-        out = run(args)
+        out = run(args, logs)
     except (ConfigError, ValueError, FileNotFoundError) as e:
         print(f"saria-replay: error: {e}", file=sys.stderr)
         return 2
@@ -170,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from sglang_saria.replay.plot import plot_tradeoff
 
         plot_tradeoff(out, args.plot)
+    if args.report:
+        from sglang_saria.replay.report import write_report
+
+        print(f"report: {write_report(out, logs, args.report)}")
     return 130 if out["config"]["interrupted"] else 0
 
 

@@ -171,7 +171,8 @@ def replay(
         a = active.pop(rid)
         core.finish_request(a.keys, a.plan, t)
         plan = a.plan
-        log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t)
+        log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
+                done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=core.ssd.bytes_written)
         in_flight -= 1
         end_t = t
         reqs = sessions[a.sid].requests

@@ -35,20 +35,33 @@ RESULT_KEYS = (
 
 @dataclass
 class RequestLog:
-    """Per-request outcomes, appended in completion order."""
+    """Per-request outcomes, appended in completion order.
+
+    The time-series fields (completion time, hit sources, cumulative SSD bytes written)
+    feed the report's source-mix and write-budget figures; they stay empty when the
+    caller does not pass them.
+    """
 
     hit_blocks: list[int] = field(default_factory=list)
     achievable_blocks: list[int] = field(default_factory=list)
     used_ssd: list[bool] = field(default_factory=list)
     transfer_s: list[float] = field(default_factory=list)
     ttft_s: list[float] = field(default_factory=list)
+    done_s: list[float] = field(default_factory=list)
+    ssd_hit_blocks: list[int] = field(default_factory=list)
+    ssd_bytes_written: list[int] = field(default_factory=list)
 
-    def add(self, hit: int, achievable: int, used_ssd: bool, transfer_s: float, ttft_s: float) -> None:
+    def add(self, hit: int, achievable: int, used_ssd: bool, transfer_s: float, ttft_s: float,
+            done_s: float | None = None, ssd_hit: int = 0, ssd_bytes_written: int = 0) -> None:
         self.hit_blocks.append(hit)
         self.achievable_blocks.append(achievable)
         self.used_ssd.append(used_ssd)
         self.transfer_s.append(transfer_s)
         self.ttft_s.append(ttft_s)
+        if done_s is not None:
+            self.done_s.append(done_s)
+            self.ssd_hit_blocks.append(ssd_hit)
+            self.ssd_bytes_written.append(ssd_bytes_written)
 
     def __len__(self) -> int:
         return len(self.ttft_s)
