@@ -106,10 +106,12 @@ class SariaCore:
             ssd.read_many([k for k, src in zip(hit, src_rev) if src == SSD], self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
+        # the blocks this request reloads from SSD stay put while it reads them
+        reading = frozenset(k for k, src in zip(keys, plan.sources) if src == SSD) if plan.ssd_blocks else frozenset()
         for k in reached:
             node = nodes[k]
             if node.fa_loc & DRAM and not node.fa_loc & SSD and self.admission.should_admit(node.E, node.R, AdmissionEvent.REUSE):
-                self._write(k, node, acts, AdmissionEvent.REUSE)
+                self._write(k, node, acts, AdmissionEvent.REUSE, pinned=reading)
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -168,15 +170,23 @@ class SariaCore:
         dram = self.dram
         dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
 
-    def _write(self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent) -> None:
-        """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room."""
+    def _write(
+        self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent, pinned: frozenset[int] = frozenset()
+    ) -> None:
+        """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room.
+
+        ``pinned`` SSD blocks are being read by the current request and are never victims;
+        when only they are left, the write is skipped.
+        """
         ssd = self.ssd
         tokens, nbytes = self._size(node)
         if tokens > ssd.capacity_tokens:
             return
         nodes = self.metadata.nodes
         while ssd.free_tokens < tokens:
-            victim = ssd.victim()
+            victim = next((v for v in ssd.victims() if v not in pinned), None) if pinned else ssd.victim()
+            if victim is None:
+                return
             ssd.remove(victim)
             vn = nodes[victim]
             vn.fa_loc &= ~SSD

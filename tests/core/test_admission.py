@@ -119,3 +119,15 @@ def test_dram_evicts_a_prefix_tail_before_its_head_even_when_the_head_was_a_hit(
     _, _, f = run_request(core, [9], 2.0)
     assert f.dram_evictions == [4]
     assert core.lookup([1, 2, 3, 4]).n_blocks == 3
+
+
+def test_reuse_triggered_write_never_evicts_a_block_the_same_request_reads_from_ssd():
+    core = make_core("combined:E2R3", dram_blocks=1, ssd_blocks=1)
+    now = 0.0
+    for length in (1, 2, 3, 2, 3, 1, 2):
+        now += 10.0
+        keys = list(range(length))
+        plan, _ = core.begin_request(keys, now)
+        for k, src in zip(keys, plan.sources):
+            assert core.metadata.get(k).fa_loc & src, f"planned block {k} lost its source"
+        core.finish_request(keys, plan, now)
