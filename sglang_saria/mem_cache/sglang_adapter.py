@@ -57,10 +57,14 @@ class SariaHiCachePolicy:
         config: SariaConfig,
         page_size: int,
         on_ssd: Callable[[str], bool],
+        page_bytes: int = 0,
+        ssd_capacity_bytes: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
-        self.admission = make_admission_policy(config.admission.policy)
+        # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
+        self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
+        self.page_bytes = page_bytes
         self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
         self.on_ssd = on_ssd
         self.clock = clock
@@ -77,11 +81,12 @@ class SariaHiCachePolicy:
         nodes = [n for n in nodes if n is not None]
         if not nodes:
             return False
+        self.admission.on_clock(self.clock())
         admit = self.admission.should_admit(
             max(n.E for n in nodes) + extra_evictions, max(n.R for n in nodes), event
         )
         if admit:
-            self.admission.on_admitted(event)
+            self.admission.on_admitted(event, len(hashes) * self.page_bytes)
             self._metrics.admitted(event.value)
         return admit
 

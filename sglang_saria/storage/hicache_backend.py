@@ -142,7 +142,13 @@ class SariaStorage(HiCacheStorage):
             view = self._views[PoolName.KV.value]
             self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
         # The radix cache (patch 005) asks this policy instead of writing every host page through.
-        self.saria_policy = SariaHiCachePolicy(self.policy_config, int(mem_pool_host.page_size), self.exists)
+        self.saria_policy = SariaHiCachePolicy(
+            self.policy_config,
+            int(mem_pool_host.page_size),
+            self.exists,
+            page_bytes=self._views[PoolName.KV.value].page_bytes,
+            ssd_capacity_bytes=self.store.capacity_bytes,
+        )
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         self.registered_pools[str(host_pool_name)] = host_pool

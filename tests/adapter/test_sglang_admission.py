@@ -113,3 +113,22 @@ def test_extra_config_errors_name_the_key_and_value():
         policy_config_from_extra({"promotion": {"ratio": 1.5}})
     with pytest.raises(ConfigError, match="unknown key admission.'bogus'"):
         policy_config_from_extra({"admission": {"bogus": 1}})
+
+
+def test_budget_policy_admits_within_the_drive_rating_only():
+    now = [0.0]
+    stored: set[str] = set()
+    config = SariaConfig.from_dict({"admission": {"policy": "budget:1", "budget_horizon_s": 10.0}})
+    # 1 DWPD of an 86.4 MB drive earns 1 KB/s; each node is 2 pages of 512 bytes.
+    policy = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, page_bytes=512,
+                                ssd_capacity_bytes=86_400_000, clock=lambda: now[0])
+    nodes = [[f"{n:064x}", f"{n + 1000:064x}"] for n in range(40)]
+    for step in range(2000):
+        now[0] = step * 0.05
+        pages = nodes[step % len(nodes)]
+        policy.on_host_insert(pages)
+        if not policy.on_host_evict(pages):
+            stored.update(pages)  # the write-before-reclaim completed
+            assert policy.on_host_evict(pages)
+    admitted = policy.admission.bytes_admitted
+    assert 0 < admitted <= 1000 * now[0] + 2 * 512, "writes stay under rate x time (+ one node)"
