@@ -28,6 +28,7 @@ import numpy as np
 from sglang_saria.config import ConfigError, parse_duration_s, parse_token_count
 from sglang_saria.model_specs import ModelSpec, get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.plot import pyplot, save_figure
 
 logger = logging.getLogger(__name__)
 
@@ -285,11 +286,7 @@ def format_endurance(drives: list[Drive], rows: list[tuple[str, dict[str, float]
 
 def plot_front(plan: dict[str, Any], path: str, band: tuple[float, float], title: str) -> None:
     """SSD writes vs mean TTFT (colour: CHAR P25-bad), the front as a line, the budget as a band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     pts = plan["points"]
     front = pareto_front(pts)
     x = np.array([p["ssd_write_bytes"] for p in pts]) / 1e12
@@ -311,11 +308,7 @@ def plot_front(plan: dict[str, Any], path: str, band: tuple[float, float], title
     ax.set_xlabel("SSD writes over the replay (TB)")
     ax.set_ylabel("mean TTFT (s, modelled)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7, loc="best")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, path)
 
 
 # -------------------------------------------------------------------- CLI

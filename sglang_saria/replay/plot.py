@@ -7,12 +7,28 @@ from __future__ import annotations
 from typing import Any
 
 
-def plot_tradeoff(out: dict[str, Any], path: str) -> None:
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (no display on servers or CI)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def save_figure(fig: Any, ax: Any, path: Any, legend_loc: str = "best", dpi: int = 120) -> None:
+    """Common finish of every figure: legend, grid, tight layout, PNG, release memory."""
+    if ax is not None:
+        ax.legend(fontsize=7, loc=legend_loc)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def plot_tradeoff(out: dict[str, Any], path: str) -> None:
+    plt = pyplot()
     results = out["results"]
     if not results:
         raise ValueError("plot: no results to draw")
@@ -27,8 +43,4 @@ def plot_tradeoff(out: dict[str, Any], path: str) -> None:
     ax.set_xlabel("mean TTFT (s, modelled)")
     ax.set_ylabel("SSD writes / SSD capacity")
     ax.set_title(f"{out['config']['trace']}  {out['config']['model']}", fontsize=9)
-    ax.legend(fontsize=8, loc="upper right")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, path, legend_loc="upper right")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from sglang_saria.replay.metrics import RequestLog, format_table
-from sglang_saria.replay.plot import plot_tradeoff
+from sglang_saria.replay.plot import plot_tradeoff, pyplot, save_figure
 
 SECONDS_PER_DAY = 86400.0
 FIGURES = {
@@ -27,18 +27,11 @@ FIGURES = {
 SECTIONS = ("Configuration", "Results", "Trade-off", "Transfer-time CDF", "Source mix over time", "SSD writes vs budget")
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_transfer_cdf(results: list[dict], logs: list[RequestLog], path: Path) -> None:
     """Empirical CDF of modelled transfer time over requests that reused cached blocks."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for r, log in zip(results, logs):
         hit = np.asarray(log.hit_blocks) > 0
@@ -47,11 +40,7 @@ def plot_transfer_cdf(results: list[dict], logs: list[RequestLog], path: Path) -
             ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", label=r["policy"])
     ax.set_xlabel("transfer time per request (ms, modelled)")
     ax.set_ylabel("fraction of requests with a hit")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, ax, path, dpi=110)
 
 
 def source_mix(log: RequestLog, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,7 +56,7 @@ def source_mix(log: RequestLog, bins: int) -> tuple[np.ndarray, np.ndarray]:
 
 def plot_source_mix(results: list[dict], logs: list[RequestLog], path: Path, bins: int = 48) -> None:
     """Where reused blocks came from over time, one panel per policy (stacked shares)."""
-    plt = _plt()
+    plt = pyplot()
     fig, axes = plt.subplots(len(results), 1, figsize=(6.0, 1.8 * len(results) + 0.6), sharex=True, squeeze=False)
     for ax, r, log in zip(axes[:, 0], results, logs):
         edges, rows = source_mix(log, bins)
@@ -80,14 +69,12 @@ def plot_source_mix(results: list[dict], logs: list[RequestLog], path: Path, bin
         ax.set_title(r["policy"], fontsize=8)
     axes[0, 0].legend(fontsize=7, loc="lower right")
     axes[-1, 0].set_xlabel("time (h, logical)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, None, path, dpi=110)
 
 
 def plot_ssd_writes(results: list[dict], logs: list[RequestLog], path: Path, capacity_bytes: int, dwpd: float) -> None:
     """Cumulative SSD writes (in drive capacities) against the ``dwpd * t`` budget line."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     t_end = 0.0
     for r, log in zip(results, logs):
@@ -98,11 +85,7 @@ def plot_ssd_writes(results: list[dict], logs: list[RequestLog], path: Path, cap
     ax.plot([0, t_end], [0, dwpd * t_end / 24.0], "k--", lw=1.2, label=f"budget ({dwpd:g} DWPD)")
     ax.set_xlabel("time (h, logical)")
     ax.set_ylabel("cumulative SSD writes / capacity")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, ax, path, dpi=110)
 
 
 def _md_table(results: list[dict]) -> str:
