@@ -8,7 +8,7 @@ setup(
     description="Persistence-aware SSD KV caching with coordinated DRAM-SSD reload for SGLang",
     packages=find_packages(include=["sglang_saria", "sglang_saria.*"]),
     python_requires=">=3.11",
-    install_requires=["numpy", "tqdm", "xxhash"],
+    install_requires=["numpy", "tqdm", "xxhash", "msgspec"],
     extras_require={"sglang": ["sglang==0.5.23"]},
     entry_points={
         "console_scripts": [

@@ -1,0 +1,26 @@
+# sglang-saria: `make demo` runs the main job on an embedded default, `make test` the tests.
+# Both create .venv/ on first use (scripts/setup.sh) and reuse it afterwards.
+PY := .venv/bin/python
+MODELS := models/qwen3-tiny/config.json
+
+.PHONY: setup models demo test check-patches clean
+
+setup:
+	@bash scripts/setup.sh
+
+$(MODELS): scripts/make_tiny_models.py | setup
+	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny
+
+models: setup $(MODELS)
+
+demo: models
+	@$(PY) -m sglang_saria.demo
+
+test: models
+	@$(PY) -m pytest tests -q
+
+check-patches: setup
+	@$(PY) scripts/apply_patches.py --check
+
+clean:
+	rm -rf .venv models .pytest_cache

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Create .venv/ with SGLang 0.5.23 and sglang-saria, then patch SGLang (idempotent).
+#   scripts/setup.sh          CPU install (CPU torch; SGLang without its CUDA-only packages)
+#   scripts/setup.sh --gpu    full CUDA install for GPU hosts (+ kvikio for GDS)
+# Re-running reuses .venv/ and only re-installs when requirements/ changed.
+set -euo pipefail
+
+mode=cpu
+case "${1:-}" in
+  "") ;;
+  --gpu) mode=gpu ;;
+  *) echo "error: unknown option '$1' (use --gpu or nothing)" >&2; exit 2 ;;
+esac
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+python=${PYTHON:-python3.11}
+if ! command -v "$python" >/dev/null; then
+  echo "error: $python not found; sglang 0.5.23 needs Python >= 3.11 (set PYTHON=...)" >&2
+  exit 2
+fi
+
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
+
+stamp=.venv/.saria-setup-$mode
+want=$(cat requirements/*.txt setup.py | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  start=$SECONDS
+  echo "setup: installing the $mode environment into .venv/ (first run takes a few minutes)"
+  "${pip[@]}" install -U pip
+  if [ "$mode" = cpu ]; then
+    "${pip[@]}" install -c requirements/constraints-cpu.txt -r requirements/cpu.txt
+    "${pip[@]}" install --no-deps sglang==0.5.23
+  else
+    "${pip[@]}" install -r requirements/gpu.txt
+  fi
+  "${pip[@]}" install --no-deps --no-build-isolation -e .
+  torch_version=$(.venv/bin/python -c 'import torch; print(torch.__version__)')
+  if [ "$mode" = cpu ] && [ "$torch_version" != "2.13.0+cpu" ]; then
+    echo "error: .venv has torch $torch_version, expected the CPU build 2.13.0+cpu" >&2
+    exit 1
+  fi
+  echo "$want" > "$stamp"
+  echo "setup: installed in $((SECONDS - start)) s"
+fi
+
+.venv/bin/python scripts/apply_patches.py

@@ -1,0 +1,186 @@
+"""Start and stop a real `python -m sglang.launch_server` process (tests, demo, benchmarks).
+
+Why here and not in tests: the demo and the e2e benchmarks drive the same server the
+tests do, with the same CPU flags, so there is one place that knows how to start it,
+wait for health, talk to `/generate`, and always stop it (process group, also on failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
+CPU_FLAGS = (
+    "--device", "cpu",
+    "--skip-tokenizer-init",
+    "--attention-backend", "torch_native",
+    "--cuda-graph-backend-decode", "disabled",
+    "--cuda-graph-backend-prefill", "disabled",
+    "--mem-fraction-static", "0.05",
+)
+
+
+class ServerError(RuntimeError):
+    """The server could not be started or answered with an error."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+@dataclass
+class ServerConfig:
+    model_path: Path
+    args: list[str] = field(default_factory=list)  # extra launch_server flags
+    port: int | None = None  # None: pick a free loopback port
+    host: str = "127.0.0.1"
+    cpu: bool = True
+    startup_timeout_s: float = 240.0
+    log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+class SGLangServer:
+    """Context manager around one server process; `stop()` is always safe to call."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.port = config.port or free_port(config.host)
+        self.process: subprocess.Popen | None = None
+        self.log_path = config.log_path or Path(f"/tmp/saria-sglang-{self.port}.log")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        flags = list(CPU_FLAGS) if self.config.cpu else []
+        return [
+            sys.executable, "-m", "sglang.launch_server",
+            "--model-path", str(self.config.model_path),
+            "--host", self.config.host, "--port", str(self.port),
+            *flags, *self.config.args,
+        ]
+
+    def start(self) -> "SGLangServer":
+        model = Path(self.config.model_path)
+        if not (model / "config.json").exists():
+            raise ServerError(f"model path {model} has no config.json (build it: python scripts/make_tiny_models.py)")
+        if port_in_use(self.port, self.config.host):
+            raise ServerError(f"port {self.port} on {self.config.host} is already in use")
+        env = dict(os.environ, **self.config.env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        log = open(self.log_path, "w")
+        self.process = subprocess.Popen(
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        log.close()
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerError(f"sglang server exited with code {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        raise ServerError(f"sglang server not healthy after {self.config.startup_timeout_s:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self) -> "SGLangServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def post(self, path: str, payload: dict, timeout: float = 300.0) -> dict:
+        request = urllib.request.Request(
+            f"{self.url}{path}", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as err:
+            raise ServerError(f"POST {path} -> HTTP {err.code}: {err.read().decode(errors='replace')[:500]}") from err
+
+    def generate(self, input_ids: list[int], max_new_tokens: int = 4, top_logprobs: int = 5) -> dict:
+        """Greedy generation that returns output logprobs (the exact-equality check)."""
+        return self.post("/generate", {
+            "input_ids": list(input_ids),
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0},
+            "return_logprob": True,
+            "top_logprobs_num": top_logprobs,
+        })
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
+            return response.read().decode()
+
+    def flush_cache(self) -> None:
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
+
+
+def cached_tokens(result: dict) -> dict[str, int]:
+    """Cached prompt tokens by tier as SGLang reports them: device, host, storage."""
+    meta = result["meta_info"]
+    details = meta.get("cached_tokens_details") or {}
+    tiers = {tier: int(details.get(tier, 0)) for tier in ("device", "host", "storage")}
+    if not details:
+        tiers["device"] = int(meta.get("cached_tokens", 0))
+    return tiers
+
+
+def logprob_trace(result: dict) -> list:
+    """Output tokens with their logprobs and top-k alternatives, for exact comparison."""
+    meta = result["meta_info"]
+    return [meta["output_token_logprobs"], meta.get("output_top_logprobs")]

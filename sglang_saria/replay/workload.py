@@ -1,0 +1,105 @@
+"""Workload construction of the replay methodology (paper 5.1, DESIGN.md "Replay methodology").
+
+Sessions keep their request order and recorded idle gaps; only session start times move.
+Starts are spread over a window with Gamma(k=1) gaps, so a shorter window means more
+concurrent sessions competing for DRAM without changing within-session reuse timing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+
+import numpy as np
+
+from sglang_saria.replay.trace import TraceSession
+
+logger = logging.getLogger(__name__)
+
+CONTEXT_LIMIT_TOKENS = 450_000
+
+
+def session_start_times(n_sessions: int, window_s: float, seed: int) -> np.ndarray:
+    """Start times (s) of n sessions: first at 0, all in [0, window), Gamma(k=1) gaps.
+
+    Draws n exponential gaps and scales them so the n gaps sum to the window: the n-1 gaps
+    between starts plus one trailing gap, which keeps the last start strictly inside.
+    """
+    if n_sessions < 0 or not window_s > 0:
+        raise ValueError(f"need n_sessions >= 0 and window_s > 0, got {n_sessions}, {window_s}")
+    if n_sessions == 0:
+        return np.empty(0)
+    gaps = np.random.default_rng(seed).gamma(1.0, size=n_sessions)
+    starts = np.concatenate([[0.0], np.cumsum(gaps[:-1])]) * (window_s / gaps.sum())
+    return np.minimum(starts, np.nextafter(window_s, 0.0))
+
+
+def session_starts(sessions: list[TraceSession], window_s: float, seed: int) -> np.ndarray:
+    """Start time of every session: top-level sessions spread over the window in order,
+    sub-agent sessions at their parent's start + start_offset_s (see TraceSession)."""
+    top = [s for s in sessions if s.parent_id is None]
+    by_id = dict(zip((s.session_id for s in top), session_start_times(len(top), window_s, seed)))
+    try:
+        return np.array([by_id[s.session_id] if s.parent_id is None else by_id[s.parent_id] + s.start_offset_s
+                         for s in sessions])
+    except KeyError as exc:
+        raise ValueError(f"sub-agent session's parent {exc} is not among the sessions") from exc
+
+
+def limit_context(sessions: list[TraceSession],
+                  context_limit_tokens: int = CONTEXT_LIMIT_TOKENS) -> tuple[list[TraceSession], int]:
+    """(sessions without requests over the limit, number of requests dropped).
+
+    A dropped request simply disappears: its successor keeps its own recorded arrival and
+    idle gap (the new first request of a session gets idle 0). A session left empty is
+    dropped with its sub-agent sessions, whose requests count as dropped too.
+    """
+    kept: list[TraceSession] = []
+    gone: set[str] = set()
+    dropped = 0
+    for s in sessions:
+        if s.parent_id in gone:
+            gone.add(s.session_id)
+            dropped += len(s.requests)
+            continue
+        reqs = [r for r in s.requests if r.input_tokens <= context_limit_tokens]
+        dropped += len(s.requests) - len(reqs)
+        if not reqs:
+            gone.add(s.session_id)
+            continue
+        if reqs[0].idle_before_s:
+            reqs[0] = dataclasses.replace(reqs[0], idle_before_s=0.0)
+        kept.append(dataclasses.replace(s, requests=reqs) if len(reqs) != len(s.requests) else s)
+    return kept, dropped
+
+
+def apply_limits(sessions: list[TraceSession],
+                 context_limit_tokens: int = CONTEXT_LIMIT_TOKENS) -> list[TraceSession]:
+    """Drop requests whose input exceeds the context limit (paper: 450K tokens); logs the count."""
+    kept, dropped = limit_context(sessions, context_limit_tokens)
+    logger.info("context limit %d tokens: dropped %d requests, %d sessions left",
+                context_limit_tokens, dropped, len(kept))
+    return kept
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", re.IGNORECASE)
+_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_TOKENS = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmg]?)\s*", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+def parse_duration(text: str) -> float:
+    """'12h', '40m', '90s', '2d', '3600' -> seconds."""
+    m = _DURATION.fullmatch(str(text))
+    if not m:
+        raise ValueError(f"bad duration {text!r}: expected a number with an optional unit s/m/h/d, e.g. 12h")
+    return float(m.group(1)) * _SECONDS[m.group(2).lower()]
+
+
+def parse_tokens(text: str) -> int:
+    """'1M', '10M', '512K', '2.5M', '4096' -> token count."""
+    m = _TOKENS.fullmatch(str(text))
+    if not m:
+        raise ValueError(f"bad token count {text!r}: expected a number with an optional K/M/G suffix, e.g. 10M")
+    return int(round(float(m.group(1)) * _SCALE[m.group(2).lower()]))

@@ -1,0 +1,67 @@
+"""HiCache on CPU with storage backend `saria`: a session prefix evicted from the device is
+reloaded from host memory (L2) and from the SSD store (L3) with logprobs exactly equal to a
+cold run (`--disable-radix-cache`); equal greedy tokens alone prove little on a random model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_saria.launcher import cached_tokens, logprob_trace
+
+pytestmark = pytest.mark.e2e
+
+SYSTEM_AND_TOOLS = list(range(1, 301))  # an agent's shared prefix: 300 tokens
+TURN_2 = SYSTEM_AND_TOOLS + [7, 8, 9] * 10  # next turn: same prefix, more history
+OTHER_SESSIONS = [[(k * 300 + j) % 1000 + 5 for j in range(300)] for k in range(1, 6)]
+PROMPTS = [SYSTEM_AND_TOOLS, TURN_2, *OTHER_SESSIONS]
+
+
+def hicache_args(data_dir) -> list[str]:
+    return [
+        "--enable-hierarchical-cache",
+        "--hicache-ratio", "2",
+        "--hicache-storage-backend", "saria",
+        "--hicache-storage-prefetch-policy", "wait_complete",
+        "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)]}),
+    ]
+
+
+@pytest.fixture(scope="module")
+def cold_logprobs(start_server) -> dict[tuple, list]:
+    with start_server(["--disable-radix-cache"]) as server:
+        return {tuple(p): logprob_trace(server.generate(p)) for p in PROMPTS}
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("saria-store")
+
+
+def test_session_prefix_reloads_from_host_then_storage_exactly(start_server, cold_logprobs, store_dir):
+    steps = [
+        ("first turn computes everything", SYSTEM_AND_TOOLS, {"device": 0, "host": 0, "storage": 0}),
+        ("second turn reuses the prefix on the device", TURN_2, {"device": 288, "host": 0, "storage": 0}),
+        ("another session evicts it from the device", OTHER_SESSIONS[0], None),
+        ("the prefix comes back from host memory", SYSTEM_AND_TOOLS, {"device": 0, "host": 288, "storage": 0}),
+        *[("more sessions push it out of host memory", p, None) for p in OTHER_SESSIONS[1:]],
+        ("the whole second turn comes back from storage", TURN_2, {"device": 0, "host": 0, "storage": 320}),
+    ]
+    with start_server(hicache_args(store_dir)) as server:
+        for what, prompt, expected_tiers in steps:
+            result = server.generate(prompt)
+            if expected_tiers is not None:
+                assert cached_tokens(result) == expected_tiers, what
+                assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
+            assert logprob_trace(result) == cold_logprobs[tuple(prompt)], what
+    assert any(store_dir.iterdir()), "the saria store holds no pages after the session"
+
+
+def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_logprobs, store_dir):
+    if not any(store_dir.iterdir()):
+        pytest.fail("store is empty: run together with the session test that populates it")
+    with start_server(hicache_args(store_dir)) as server:
+        result = server.generate(TURN_2)
+    assert cached_tokens(result) == {"device": 0, "host": 0, "storage": 320}
+    assert logprob_trace(result) == cold_logprobs[tuple(TURN_2)]

@@ -1,0 +1,40 @@
+"""Plain CPU serving through the patched SGLang 0.5.23, and the launcher's bad-input errors."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from sglang_saria.launcher import SGLangServer, ServerConfig, ServerError, cached_tokens, logprob_trace
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = list(range(1, 301))
+
+
+def test_cpu_server_generates_and_reuses_a_device_prefix(start_server):
+    with start_server([]) as server:
+        cold = server.generate(PROMPT)
+        warm = server.generate(PROMPT)
+    assert len(cold["output_ids"]) == 4
+    assert cached_tokens(cold) == {"device": 0, "host": 0, "storage": 0}
+    # The last prompt token is always recomputed; 299 tokens round down to 18 pages of 16.
+    assert cached_tokens(warm)["device"] == 288
+    assert warm["meta_info"]["cached_tokens"] == 288
+    assert logprob_trace(warm) == logprob_trace(cold)
+
+
+def test_missing_model_path_is_named(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(ServerError, match="no-such-model"):
+        SGLangServer(ServerConfig(missing)).start()
+
+
+def test_port_in_use_is_named(tiny_model):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        with pytest.raises(ServerError, match=f"port {port}"):
+            SGLangServer(ServerConfig(tiny_model, port=port)).start()
