@@ -253,3 +253,36 @@ def test_track_mamba_states_copies_masked_rows():
     assert torch.equal(conv[:, 4], conv0[:, 0]) and torch.equal(ssm[:, 4], ssm0[:, 0])
     assert torch.equal(conv[:, 5], conv0[:, 5])  # row 1 not tracked
     assert torch.equal(conv[:, :4], conv0[:, :4])  # freed slot (-1) skipped
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_output_gate_matches_transformers(dtype):
+    """Qwen3_5Attention.forward: attn_output * sigmoid(gate); SGLang hands the gate as a
+    strided [T, heads, dim] view of the chunked q projection."""
+    gen = torch.Generator().manual_seed(8)
+    tokens, heads, dim = 7, 4, 16
+    q_gate = torch.randn(tokens, heads, 2 * dim, generator=gen).to(dtype)
+    _, gate = torch.chunk(q_gate, 2, dim=-1)  # strided view, as in forward_prepare_native
+    attn = torch.randn(tokens, heads * dim, generator=gen).to(dtype)
+    expected = attn * torch.sigmoid(gate.reshape(tokens, -1))
+    got = gt.sigmoid_mul(attn.clone(), gate, inplace=False)
+    _close(got, expected, dtype)
+    inplace = attn.clone()
+    assert gt.sigmoid_mul(inplace, gate, inplace=True) is inplace
+    assert torch.equal(inplace, got)
+
+
+@pytest.mark.parametrize("platform", ["is_cuda", "is_hip", "is_npu", "is_xpu", "is_cpu"])
+def test_torch_gdn_route_only_on_plain_cpu(monkeypatch, platform):
+    """The patched SGLang modules take the torch ops only where SGLang sees no
+    accelerator and no sgl_kernel CPU engine (is_cpu() means SGLANG_USE_CPU_ENGINE=1):
+    any of those platforms keeps its own kernels, so GPU paths are unchanged."""
+    import sglang.srt.utils as sglang_utils
+
+    from sglang_saria.hybrid.cpu_route import use_torch_gdn
+
+    for name in ("is_cuda", "is_hip", "is_npu", "is_xpu", "is_cpu"):
+        monkeypatch.setattr(sglang_utils, name, lambda: False)
+    assert use_torch_gdn.__wrapped__() is True
+    monkeypatch.setattr(sglang_utils, platform, lambda: True)
+    assert use_torch_gdn.__wrapped__() is False
