@@ -1,5 +1,6 @@
-"""`make demo`: serve a tiny model on CPU with HiCache + the `saria` storage backend, run
-agent-style multi-turn sessions against it, and print where each turn's prefix was cached.
+"""`make demo`: replay synthetic agent sessions against three admission policies, then
+serve a tiny model on CPU with HiCache + the `saria` storage backend, run agent-style
+multi-turn sessions against it, and print where each turn's prefix was cached.
 
 Why this shape: it is the product's main path in miniature. Two agent sessions share a
 system prompt and tool schemas, their histories grow turn by turn, and small pools force
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens
+from sglang_saria.replay import cli as replay_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
@@ -49,6 +51,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=None, help="saria store folder (default: a temp dir)")
     args = parser.parse_args(argv)
 
+    replay_args = [
+        "--trace", "synthetic", "--sessions", "40", "--window", "1h",
+        "--dram-tokens", "300K", "--ssd-tokens", "3M", "--no-progress",
+        "--policy", "none", "--policy", "full-duplicate", "--policy", "eviction:E2",
+    ]
+    print("1) replay: saria-replay " + " ".join(replay_args), flush=True)
+    replay_cli.main(replay_args)
+    print("\n2) serving", flush=True)
     with tempfile.TemporaryDirectory(prefix="saria-demo-") as scratch:
         data_dir = args.data_dir or Path(scratch) / "ssd0"
         server_args = [

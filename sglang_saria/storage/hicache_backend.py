@@ -1,21 +1,347 @@
-"""HiCache storage backend `saria` (placeholder until the Saria SSD store lands).
+"""`saria` HiCache storage backend: SGLang's L3 interface over SariaStore.
 
-Why a placeholder: the foundation needs `--hicache-storage-backend saria` to serve
-end to end; this adapter stores pages through SGLang's own file backend in the first
-of `data_dirs`. The Saria store (issue 4) replaces this module.
+Registered by the SGLang patch as name "saria" -> SariaStorage(storage_config,
+mem_pool_host). Serves the zero-copy v1 interface (pages read/written in place
+in the host pool), the v2 pool-transfer interface (MAMBA sidecar pages next to
+the KV pages), and the legacy get/set/batch_* calls.
+
+Each TP/PP/CP rank runs its own store in a rank subdirectory of every data dir
+(capacity is per rank); keys carry the model and page format so stores never
+hand a page to a model or layout that wrote a different byte order.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import logging
+import os
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from sglang.srt.mem_cache.hicache_storage import HiCacheFile, HiCacheStorageConfig
+import torch
+from sglang.srt.mem_cache.hicache_storage import (
+    HiCacheStorage,
+    HiCacheStorageConfig,
+    HiCacheStorageExtraInfo,
+    PoolHitPolicy,
+    PoolName,
+    PoolTransfer,
+    PoolTransferResult,
+)
+
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
+from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.host_pages import HostPageView
+from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_DATA_DIR = "/tmp/saria_hicache"
+# Sections of the policy config (sglang_saria.config.SariaConfig) in the same JSON.
+POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig))
+# Keys SGLang itself leaves in the extra-config dict (dynamic backend loading).
+SGLANG_EXTRA_KEYS = frozenset({"interface_v1", "backend_name", "module_path", "class_name"})
+_REGISTERED_KEYS: set = set()
 
 
-class SariaStorage(HiCacheFile):
-    def __init__(self, storage_config: HiCacheStorageConfig, mem_pool_host: Any = None):
-        extra = dict(storage_config.extra_config or {})
-        data_dirs = extra.get("data_dirs") or ["/tmp/saria"]
-        super().__init__(storage_config, file_path=str(data_dirs[0]))
-        if mem_pool_host is not None:
+def register_extra_config_keys(keys: Iterable[str]) -> None:
+    """Let another component (the policy core) claim keys of the shared extra config."""
+    _REGISTERED_KEYS.update(keys)
+
+
+def known_extra_config_keys() -> frozenset:
+    return SGLANG_EXTRA_KEYS | frozenset(_REGISTERED_KEYS)
+
+
+def rank_subdir(cfg: HiCacheStorageConfig) -> str:
+    name = f"rank_tp{cfg.tp_rank}of{cfg.tp_size}"
+    if cfg.pp_size > 1:
+        name += f"_pp{cfg.pp_rank}of{cfg.pp_size}"
+    if cfg.attn_cp_size > 1:
+        name += f"_cp{cfg.attn_cp_rank}of{cfg.attn_cp_size}"
+    if cfg.dp_rank:
+        name += f"_dp{cfg.dp_rank}"
+    return name
+
+
+def _format_tag(pool: Any) -> str:
+    dtype = str(getattr(pool, "dtype", "")).replace("torch.", "")
+    return f"{getattr(pool, 'layout', '')}.{dtype}"
+
+
+def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
+    """The policy sections of the extra config; `"admission": "eviction:E2"` is short for
+    `{"admission": {"policy": "eviction:E2"}}`."""
+    sections = {k: v for k, v in extra.items() if k in POLICY_KEYS}
+    if isinstance(sections.get("admission"), str):
+        sections["admission"] = {"policy": sections["admission"]}
+    return SariaConfig.from_dict(sections, source="--hicache-storage-backend-extra-config")
+
+
+class SariaStorage(HiCacheStorage):
+    def __init__(
+        self,
+        storage_config: HiCacheStorageConfig,
+        mem_pool_host: Any = None,
+        other_known_keys: Optional[Iterable[str]] = None,
+    ) -> None:
+        known = known_extra_config_keys() | POLICY_KEYS | frozenset(other_known_keys or ())
+        self.store_config = StoreConfig.from_extra_config(
+            storage_config.extra_config, known, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
+        )
+        self.policy_config = policy_config_from_extra(storage_config.extra_config or {})
+        self.saria_policy: Optional[SariaHiCachePolicy] = None
+        if storage_config.is_mla_model and storage_config.tp_size > 1:
+            raise ValueError(
+                "saria store: MLA models with tp_size > 1 replicate KV across ranks and need "
+                "a shared store; the saria backend keeps one store per rank. Use tp_size=1 "
+                "or another HiCache backend for this model."
+            )
+        self.storage_config = storage_config
+        self.model_name = "-".join((storage_config.model_name or "").split("/"))
+        self.registered_pools: Dict[str, Any] = {}
+        self._views: Dict[str, HostPageView] = {}
+        self._tags: Dict[str, str] = {}
+        self.mem_pool_host = None
+        self.store: Optional[SariaStore] = None
+        self._evict_listeners: List[Callable[[List[Tuple[str, str]]], None]] = []
+        self._io_log: Dict[str, List[float]] = {
+            "prefetch_pgs": [],
+            "backup_pgs": [],
+            "prefetch_bw": [],
+            "backup_bw": [],
+        }
+        # The "dynamic" backend route passes a kwargs dict here, then registers the pool.
+        if mem_pool_host is not None and not isinstance(mem_pool_host, dict):
             self.register_mem_pool_host(mem_pool_host)
+
+    # ---------------------------------------------------------------- setup
+    def _open_store(self, page_bytes: Optional[int], bytes_per_token: Optional[int]) -> None:
+        cfg = self.store_config
+        sub = rank_subdir(self.storage_config)
+        rank_cfg = dataclasses.replace(cfg, data_dirs=[os.path.join(d, sub) for d in cfg.data_dirs])
+        self.store = SariaStore(
+            rank_cfg,
+            bytes_per_token=bytes_per_token,
+            default_slot_bytes=page_bytes or DEFAULT_SLOT_BYTES,
+            on_evict=self._on_store_evict,
+            name=f"{os.path.abspath(cfg.data_dirs[0])}/{sub}",
+        )
+
+    def _ensure_store(self) -> SariaStore:
+        if self.store is None:
+            self._open_store(None, None)
+        return self.store
+
+    def register_mem_pool_host(self, mem_pool_host: Any) -> None:
+        self.mem_pool_host = mem_pool_host
+        self._register_view(PoolName.KV.value, mem_pool_host)
+        if self.store is None:
+            view = self._views[PoolName.KV.value]
+            self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
+        # The radix cache (patch 005) asks this policy instead of writing every host page through.
+        self.saria_policy = SariaHiCachePolicy(self.policy_config, int(mem_pool_host.page_size), self.exists)
+
+    def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
+        self.registered_pools[str(host_pool_name)] = host_pool
+        self._register_view(str(host_pool_name), host_pool)
+
+    def _register_view(self, name: str, pool: Any) -> None:
+        view = HostPageView(pool)
+        self._views[name] = view
+        self._tags[name] = _format_tag(pool)
+        if not view.zero_copy:
+            logger.info(
+                "saria store: host pool %s pages are not views of pool memory; using the copy path", name
+            )
+
+    def storage_key(self, key: str, pool: str = PoolName.KV.value) -> str:
+        """Store key of a page hash for one pool (use it to reach `self.store` directly)."""
+        tag = self._tags.get(pool, "")
+        stem = key if pool == PoolName.KV.value else f"{key}.{pool}"
+        return f"{stem}@{self.model_name}.{tag}"
+
+    @staticmethod
+    def split_storage_key(skey: str) -> Tuple[str, str]:
+        """Inverse of storage_key: (page hash, pool name). Page hashes are hex, without dots."""
+        stem = skey.rsplit("@", 1)[0]
+        key, _, pool = stem.partition(".")
+        return key, pool or PoolName.KV.value
+
+    def add_evict_listener(self, listener: Callable[[List[Tuple[str, str]]], None]) -> None:
+        """Tell `listener` which (page hash, pool) objects the store evicted for space.
+
+        The policy core uses this to keep its SSD location sets true.
+        """
+        self._evict_listeners.append(listener)
+
+    def _on_store_evict(self, skeys: List[str]) -> None:
+        pairs = [self.split_storage_key(k) for k in skeys]
+        for listener in self._evict_listeners:
+            listener(pairs)
+
+    # ---------------------------------------------------------------- page I/O
+    def _pages_io(
+        self, pool_name: str, keys: List[str], host_indices: torch.Tensor, write: bool
+    ) -> List[bool]:
+        store = self._ensure_store()
+        view = self._views.get(pool_name)
+        if view is None:
+            logger.error("saria store: no host pool registered under %r", pool_name)
+            return [False] * len(keys)
+        if host_indices is None or host_indices.numel() != len(keys) * view.page_size:
+            logger.error(
+                "saria store: %s: %d keys need %d host indices, got %s",
+                pool_name,
+                len(keys),
+                len(keys) * view.page_size,
+                None if host_indices is None else host_indices.numel(),
+            )
+            return [False] * len(keys)
+        t0 = time.perf_counter()
+        pages = host_indices[:: view.page_size].tolist()
+        results: List[Any] = []
+        for key, index in zip(keys, pages):
+            skey = self.storage_key(key, pool_name)
+            segs = view.segments(index)
+            if write:
+                data = segs if segs is not None else view.pool.get_data_page(index, flat=True).contiguous()
+                results.append(store.put_async(skey, data))
+            elif segs is not None:
+                results.append(store.get_async(skey, segs))
+            else:
+                scratch = view.pool.get_dummy_flat_data_page()
+                ok = store.get(skey, scratch).ok
+                if ok:
+                    view.pool.set_from_flat_data_page(index, scratch)
+                results.append(ok)
+        out = [r if isinstance(r, bool) else r.result().ok for r in results]
+        self._log_io(write, sum(out), sum(out) * view.page_bytes, time.perf_counter() - t0)
+        return out
+
+    def _log_io(self, write: bool, pages: int, nbytes: int, seconds: float) -> None:
+        if not self.storage_config.enable_storage_metrics:
+            return
+        kind = "backup" if write else "prefetch"
+        self._io_log[f"{kind}_pgs"].append(pages)
+        self._io_log[f"{kind}_bw"].append(nbytes / max(seconds, 1e-9) / 1e9)
+
+    def batch_get_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        return self._pages_io(PoolName.KV.value, keys, host_indices, write=False)
+
+    def batch_set_v1(
+        self,
+        keys: List[str],
+        host_indices: torch.Tensor,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> List[bool]:
+        return self._pages_io(PoolName.KV.value, keys, host_indices, write=True)
+
+    def batch_get_v2(
+        self, transfers: List[PoolTransfer], extra_info: Optional[HiCacheStorageExtraInfo] = None
+    ) -> Dict[str, List[bool]]:
+        return {
+            t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=False) for t in transfers
+        }
+
+    def batch_set_v2(
+        self, transfers: List[PoolTransfer], extra_info: Optional[HiCacheStorageExtraInfo] = None
+    ) -> Dict[str, List[bool]]:
+        return {
+            t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=True) for t in transfers
+        }
+
+    # ---------------------------------------------------------------- existence
+    def exists(self, key: str) -> bool:
+        return self._ensure_store().exists(self.storage_key(key))
+
+    def batch_exists(self, keys: List[str], extra_info: Optional[HiCacheStorageExtraInfo] = None) -> int:
+        return self._ensure_store().prefix_hits([self.storage_key(k) for k in keys])
+
+    def batch_exists_v2(
+        self,
+        keys: List[str],
+        pool_transfers: Optional[List[PoolTransfer]] = None,
+        extra_info: Optional[HiCacheStorageExtraInfo] = None,
+    ) -> PoolTransferResult:
+        """Longest KV prefix whose sidecar pools satisfy their hit policies (as HiCacheFile)."""
+        store = self._ensure_store()
+        kv_pages = self.batch_exists(keys)
+        hit_count: Dict[str, int] = {PoolName.KV: kv_pages} if kv_pages else {}
+        restorable = set(range(1, kv_pages + 1))
+        for t in pool_transfers or []:
+            if not restorable:
+                break
+            present = [store.exists(self.storage_key(k, str(t.name))) for k in keys[:kv_pages]]
+            if t.hit_policy == PoolHitPolicy.ALL_PAGES:
+                boundary = present.index(False) if False in present else kv_pages
+                pool_ok = set(range(1, boundary + 1))
+            elif t.hit_policy == PoolHitPolicy.TRAILING_PAGES:
+                trailing = max(1, len(t.keys) if t.keys else 1)
+                pool_ok = {p for p in range(1, kv_pages + 1) if all(present[max(0, p - trailing) : p])}
+                boundary = max(pool_ok, default=0)
+            else:
+                raise ValueError(f"saria store: unsupported pool hit policy {t.hit_policy}")
+            if boundary:
+                hit_count[t.name] = boundary
+            restorable &= pool_ok
+        return PoolTransferResult(max(restorable, default=0), hit_count, sorted(restorable))
+
+    # ---------------------------------------------------------------- legacy tensor API
+    def get(self, key: str, target_location: Any = None, target_sizes: Any = None) -> Optional[torch.Tensor]:
+        if target_location is None:
+            raise ValueError("saria store: get needs a target_location tensor to read into")
+        return (
+            target_location if self._ensure_store().get(self.storage_key(key), target_location).ok else None
+        )
+
+    def batch_get(
+        self, keys: List[str], target_locations: Any = None, target_sizes: Any = None
+    ) -> List[Optional[torch.Tensor]]:
+        if target_locations is None or len(target_locations) != len(keys):
+            raise ValueError("saria store: batch_get needs one target tensor per key")
+        futs = [
+            self._ensure_store().get_async(self.storage_key(k), t) for k, t in zip(keys, target_locations)
+        ]
+        return [t if f.result().ok else None for f, t in zip(futs, target_locations)]
+
+    def set(self, key: str, value: Any = None, target_location: Any = None, target_sizes: Any = None) -> bool:
+        return self._ensure_store().put(self.storage_key(key), value.contiguous()).ok
+
+    def batch_set(
+        self, keys: List[str], values: Any = None, target_locations: Any = None, target_sizes: Any = None
+    ) -> bool:
+        futs = [
+            self._ensure_store().put_async(self.storage_key(k), v.contiguous()) for k, v in zip(keys, values)
+        ]
+        return all(f.result().ok for f in futs)
+
+    # ---------------------------------------------------------------- misc
+    def clear(self) -> bool:
+        store = self._ensure_store()
+        store.evict(store.keys())
+        store.flush()
+        return True
+
+    def get_stats(self):
+        from sglang.srt.observability.metrics_collector import StorageMetrics
+
+        m = StorageMetrics()
+        m.prefetch_pgs.extend(int(x) for x in self._io_log["prefetch_pgs"])
+        m.backup_pgs.extend(int(x) for x in self._io_log["backup_pgs"])
+        m.prefetch_bandwidth.extend(self._io_log["prefetch_bw"])
+        m.backup_bandwidth.extend(self._io_log["backup_bw"])
+        for v in self._io_log.values():
+            v.clear()
+        return m
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None

@@ -24,7 +24,8 @@ def hicache_args(data_dir) -> list[str]:
         "--hicache-ratio", "2",
         "--hicache-storage-backend", "saria",
         "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)]}),
+        "--hicache-storage-backend-extra-config",
+        json.dumps({"data_dirs": [str(data_dir)], "admission": "full-duplicate"}),
     ]
 
 

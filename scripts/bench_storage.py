@@ -1,0 +1,288 @@
+#!/usr/bin/env python
+"""Saria store throughput and latency against the raw device, measured in the same run.
+
+Raw baseline: fio (direct=1) when installed, else dd with oflag=direct / iflag=direct,
+on a file in the same directory. Store: 4 MiB objects (one slot each) written with
+put_batch and read with get_batch into aligned buffers (zero copy, O_DIRECT).
+Every figure is the median of --repeats runs; ratios are store / raw.
+
+    python scripts/bench_storage.py --dir /mnt/nvme0/bench [--dir2 /mnt/nvme1/bench] --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sglang_saria.storage.buffers import aligned_empty  # noqa: E402
+from sglang_saria.storage.config import StoreConfig  # noqa: E402
+from sglang_saria.storage.store import SariaStore  # noqa: E402
+
+MiB = 1 << 20
+
+
+# ---------------------------------------------------------------- raw device
+def _fio(path: str, rw: str, size: int, bs: int) -> float:
+    out = subprocess.run(
+        [
+            "fio",
+            "--name=raw",
+            f"--filename={path}",
+            f"--rw={rw}",
+            f"--bs={bs}",
+            f"--size={size}",
+            "--direct=1",
+            "--ioengine=psync",
+            "--output-format=json",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    job = json.loads(out[out.index("{") :])["jobs"][0]
+    side = job["read" if "read" in rw else "write"]
+    return side["io_bytes"] / (side["runtime"] / 1000.0) / 1e9
+
+
+def _dd(args: List[str]) -> float:
+    err = subprocess.run(["dd", *args], check=True, capture_output=True, text=True).stderr
+    m = re.search(r"(\d+) bytes .* copied, ([0-9.]+) s", err)
+    if not m:
+        raise RuntimeError(f"cannot parse dd output: {err!r}")
+    return int(m.group(1)) / float(m.group(2)) / 1e9
+
+
+def raw_gbps(directory: str, size: int, bs: int, tool: str) -> Dict[str, float]:
+    path = os.path.join(directory, "raw.bin")
+    try:
+        if tool == "fio":
+            out = {
+                "write": _fio(path, "write", size, bs),
+                "read": _fio(path, "read", size, bs),
+                "randread": _fio(path, "randread", size, bs),
+            }
+        else:
+            n = size // bs
+            out = {
+                "write": _dd(["if=/dev/zero", f"of={path}", f"bs={bs}", f"count={n}", "oflag=direct"]),
+                "read": _dd([f"if={path}", "of=/dev/null", f"bs={bs}", "iflag=direct"]),
+            }
+            out["randread"] = out["read"]  # dd has no random mode: sequential raw is the bar
+        return out
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+
+
+def raw_parallel_gbps(directory: str, size: int, bs: int, threads: int) -> Dict[str, float]:
+    """O_DIRECT pwritev/preadv from `threads` threads: the device at the store's queue depth."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = os.path.join(directory, "rawqd.bin")
+    n = size // bs
+    bufs = [aligned_empty(bs) for _ in range(threads)]
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT)
+    try:
+        with ThreadPoolExecutor(threads) as ex:
+
+            def run(fn, order):
+                list(ex.map(lambda i: fn(fd, [bufs[i % threads]], order[i] * bs), range(n)))
+
+            seq, rnd = list(range(n)), random.Random(1).sample(range(n), n)
+            return {
+                "write": _timed(lambda: run(os.pwritev, seq), n * bs),
+                "read": _timed(lambda: run(os.preadv, seq), n * bs),
+                "randread": _timed(lambda: run(os.preadv, rnd), n * bs),
+            }
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def raw_latency_s(directory: str, bs: int, n: int) -> Dict[str, float]:
+    """One O_DIRECT pwrite/pread of one object: the floor under the store's latency."""
+    path = os.path.join(directory, "lat.bin")
+    buf = aligned_empty(bs)
+    buf[:] = 7
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT)
+    try:
+        w, r = [], []
+        for i in range(n):
+            t = time.perf_counter()
+            os.pwritev(fd, [buf], i * bs)
+            w.append(time.perf_counter() - t)
+        for i in range(n):
+            t = time.perf_counter()
+            os.preadv(fd, [buf], i * bs)
+            r.append(time.perf_counter() - t)
+        return {"write": statistics.median(w), "read": statistics.median(r)}
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+# ---------------------------------------------------------------- store
+def _fresh(dirs: List[str], capacity: int, obj: int, threads: int) -> SariaStore:
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    cfg = StoreConfig(
+        data_dirs=dirs,
+        capacity=capacity,
+        slot_bytes=obj,
+        engine="posix",
+        read_threads=threads,
+        write_threads=threads,
+    )
+    return SariaStore(cfg)
+
+
+def _timed(fn: Callable[[], None], nbytes: int) -> float:
+    t = time.perf_counter()
+    fn()
+    return nbytes / (time.perf_counter() - t) / 1e9
+
+
+def store_gbps(dirs: List[str], size: int, obj: int, threads: int) -> Dict[str, float]:
+    n = size // obj
+    data = [aligned_empty(obj) for _ in range(min(n, 16))]
+    for i, d in enumerate(data):
+        d[:] = np.random.default_rng(i).integers(0, 256, obj, dtype=np.uint8)
+    dests = [aligned_empty(obj) for _ in range(n)]
+    # Room for the random-write phase: fill, free a random half, rewrite into the holes.
+    store = _fresh(dirs, int(size * 1.25) // obj * obj + obj, obj, threads)
+    keys = [f"obj{i}" for i in range(n)]
+    try:
+
+        def put_all(ks):
+            assert all(
+                f.result().ok for f in store.put_batch([(k, data[i % len(data)]) for i, k in enumerate(ks)])
+            )
+
+        def get_all(ks):
+            assert all(f.result().ok for f in store.get_batch(ks, dests[: len(ks)]))
+
+        out = {"write": _timed(lambda: put_all(keys), n * obj)}
+        out["read"] = _timed(lambda: get_all(keys), n * obj)
+        shuffled = random.Random(0).sample(keys, n)
+        out["randread"] = _timed(lambda: get_all(shuffled), n * obj)
+        store.evict(shuffled[: n // 2])
+        store.flush()
+        fresh = [f"new{i}" for i in range(n // 2)]
+        out["randwrite"] = _timed(lambda: put_all(fresh), (n // 2) * obj)
+        lat_w, lat_r = [], []
+        for i in range(15):
+            t = time.perf_counter()
+            assert store.put(f"lat{i}", data[0]).ok
+            lat_w.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            assert store.get(f"lat{i}", dests[0]).ok
+            lat_r.append(time.perf_counter() - t)
+        out["lat_write"], out["lat_read"] = statistics.median(lat_w), statistics.median(lat_r)
+        return out
+    finally:
+        store.close()
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def median_of(runs: List[Dict[str, float]]) -> Dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", default=None, help="bench directory on the SSD (default: a temp dir under /tmp)")
+    ap.add_argument("--dir2", default=None, help="second SSD for the striping run (default: --dir/second)")
+    ap.add_argument("--size", default="1GiB", help="bytes per phase")
+    ap.add_argument("--object", default="4MiB", help="object size")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=4, help="store read and write threads")
+    ap.add_argument("--json", default=None, help="write the summary JSON here")
+    args = ap.parse_args()
+
+    from sglang_saria.storage.config import parse_bytes
+
+    size, obj = parse_bytes(args.size, "--size"), parse_bytes(args.object, "--object")
+    base = args.dir or tempfile.mkdtemp(prefix="saria-bench-", dir="/tmp")
+    os.makedirs(base, exist_ok=True)
+    second = args.dir2 or os.path.join(base, "second")
+    tool = "fio" if shutil.which("fio") else "dd"
+    one, two = [os.path.join(base, "s1")], [os.path.join(base, "s2a"), os.path.join(second, "s2b")]
+
+    raw_runs, qd_runs, lat_runs, s1_runs, s2_runs = [], [], [], [], []
+    with tqdm(total=args.repeats * 3, desc="bench", unit="phase") as bar:
+        for _ in range(args.repeats):
+            raw_runs.append(raw_gbps(base, size, obj, tool))
+            qd_runs.append(raw_parallel_gbps(base, size, obj, args.threads))
+            lat_runs.append(raw_latency_s(base, obj, 15))
+            bar.update()
+            s1_runs.append(store_gbps(one, size, obj, args.threads))
+            bar.update()
+            s2_runs.append(store_gbps(two, size, obj, args.threads))
+            bar.update()
+    raw, qd, lat = median_of(raw_runs), median_of(qd_runs), median_of(lat_runs)
+    s1, s2 = median_of(s1_runs), median_of(s2_runs)
+
+    rows = [
+        ("seq write GB/s", s1["write"], raw["write"], qd["write"]),
+        ("seq read GB/s", s1["read"], raw["read"], qd["read"]),
+        ("rand write GB/s", s1["randwrite"], raw["write"], qd["write"]),
+        ("rand read GB/s", s1["randread"], raw["randread"], qd["randread"]),
+    ]
+    q = f"raw-qd{args.threads}"
+    print(
+        f"\nSaria store vs raw device, {obj // MiB} MiB objects, {size / 2**30:.2f} GiB per phase, "
+        f"median of {args.repeats}; raw = {tool} (direct, 1 stream), {q} = O_DIRECT from "
+        f"{args.threads} threads (the store's queue depth)"
+    )
+    print(f"{'metric':<20}{'store':>9}{'raw':>9}{'store/raw':>11}{q:>10}{'store/' + q:>17}")
+    for name, s, r, p in rows:
+        print(f"{name:<20}{s:>9.3f}{r:>9.3f}{s / r:>11.2f}{p:>10.3f}{s / p:>17.2f}")
+    for name, s, r in [
+        ("1-object write ms", s1["lat_write"], lat["write"]),
+        ("1-object read ms", s1["lat_read"], lat["read"]),
+    ]:
+        print(f"{name:<20}{s * 1e3:>9.3f}{r * 1e3:>9.3f}{s / r:>11.2f}   (raw = one O_DIRECT call)")
+    stripe = s2["read"] / s1["read"]
+    print(f"\nstriping, 2 dirs vs 1 ({two[0]} + {two[1]}):")
+    print(f"{'metric':<20}{'2 dirs':>10}{'1 dir':>10}{'speed-up':>11}")
+    for name, k in [("seq read GB/s", "read"), ("seq write GB/s", "write"), ("rand read GB/s", "randread")]:
+        print(f"{name:<20}{s2[k]:>10.3f}{s1[k]:>10.3f}{s2[k] / s1[k]:>11.2f}")
+    same_dev = os.stat(base).st_dev == os.stat(second if os.path.exists(second) else base).st_dev
+    if same_dev:
+        print(
+            "note: both striping dirs are on one device here, so the speed-up shows overhead, not a 2nd SSD"
+        )
+
+    summary = {
+        "read_vs_raw": s1["read"] / raw["read"],
+        "write_vs_raw": s1["write"] / raw["write"],
+        "read_gbps": s1["read"],
+        "write_gbps": s1["write"],
+        "raw_read_gbps": raw["read"],
+        "raw_write_gbps": raw["write"],
+        "stripe_speedup": stripe,
+    }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

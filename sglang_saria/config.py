@@ -1,0 +1,225 @@
+"""Saria policy configuration: one dataclass tree, validated at load time.
+
+The same tree is built from CLI flags (``saria-replay``) and from SGLang's
+``--hicache-storage-backend-extra-config`` JSON (``SariaConfig.from_dict``), so a
+bad key or value fails the same way in both places, naming the field and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+PROMOTION_MODES = ("zero", "half", "full", "saria")
+TRANSFER_MODES = ("serial", "overlap", "coordinated")
+PLANNERS = ("saria", "lmcache", "gds-only")
+
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$")
+_SIZE_MULT = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is invalid; the message names source, field and value."""
+
+
+def parse_token_count(value: Any, field_name: str = "tokens") -> int:
+    """Parse token capacities such as ``1M``, ``10M``, ``512k`` or ``1500000``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{field_name}: expected a token count, got {value!r}")
+    if isinstance(value, (int, float)):
+        n = value
+    else:
+        m = _SIZE_RE.match(str(value))
+        if not m:
+            raise ConfigError(f"{field_name}: cannot parse token count {value!r} (use e.g. 1M, 10M, 512k, 65536)")
+        n = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
+    if n < 0 or n != int(n):
+        raise ConfigError(f"{field_name}: token count must be a non-negative integer, got {value!r}")
+    return int(n)
+
+
+def parse_duration_s(value: Any, field_name: str = "duration") -> float:
+    """Parse ``12h``, ``40m``, ``90s`` or a number of seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        s = float(value)
+    else:
+        m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*$", str(value))
+        if not m:
+            raise ConfigError(f"{field_name}: cannot parse duration {value!r} (use e.g. 12h, 40m, 90s)")
+        s = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if s <= 0:
+        raise ConfigError(f"{field_name}: duration must be positive, got {value!r}")
+    return s
+
+
+def _check(cond: bool, name: str, value: Any, why: str) -> None:
+    if not cond:
+        raise ConfigError(f"{name}={value!r}: {why}")
+
+
+@dataclass
+class AdmissionConfig:
+    """Paper 4.2: which nodes are persisted to SSD, and how early writes start."""
+
+    policy: str = "eviction:E2"  # none | full-duplicate | eviction:E<n> | reuse:R<n> | combined:E<n>R<m>
+    prewrite: bool = True
+    prewrite_depth_blocks: int = 64  # "near the eviction end": this many LRU-end DRAM nodes are examined
+
+    def validate(self, prefix: str = "admission") -> None:
+        from sglang_saria.mem_cache.admission import parse_policy_name
+
+        try:
+            parse_policy_name(self.policy)
+        except ValueError as e:
+            raise ConfigError(f"{prefix}.policy={self.policy!r}: {e}") from None
+        _check(self.prewrite_depth_blocks >= 0, f"{prefix}.prewrite_depth_blocks", self.prewrite_depth_blocks, "must be >= 0")
+
+
+@dataclass
+class MetadataConfig:
+    """Paper 4.3: block geometry and how long metadata outlives residency."""
+
+    block_tokens: int = 512
+    checkpoint_tokens: int = 16384  # GDN checkpoint spacing (hybrid models only)
+    metadata_window_s: float = 7200.0
+
+    def validate(self, prefix: str = "metadata") -> None:
+        _check(self.block_tokens > 0, f"{prefix}.block_tokens", self.block_tokens, "must be > 0")
+        _check(
+            self.checkpoint_tokens > 0 and self.checkpoint_tokens % self.block_tokens == 0,
+            f"{prefix}.checkpoint_tokens",
+            self.checkpoint_tokens,
+            f"must be a positive multiple of block_tokens={self.block_tokens}",
+        )
+        _check(self.metadata_window_s > 0, f"{prefix}.metadata_window_s", self.metadata_window_s, "must be > 0")
+
+
+@dataclass
+class PromotionConfig:
+    """Paper 4.4: lazy partial DRAM promotion of SSD hits."""
+
+    mode: str = "saria"  # zero | half | full | saria
+    ratio: float = 0.4
+    p_tau_s: float = 60.0
+
+    def validate(self, prefix: str = "promotion") -> None:
+        _check(self.mode in PROMOTION_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(PROMOTION_MODES)}")
+        _check(0.0 <= self.ratio <= 1.0, f"{prefix}.ratio", self.ratio, "must be in [0, 1]")
+        _check(self.p_tau_s >= 0, f"{prefix}.p_tau_s", self.p_tau_s, "must be >= 0")
+
+
+@dataclass
+class BandwidthConfig:
+    """Paper 4.4/4.5 bandwidth estimates in GB/s (1 GB = 1e9 bytes)."""
+
+    ingress_gbps: float = 48.0
+    gds_gbps: float = 20.0
+    dram_gbps: float = 48.0
+
+    def validate(self, prefix: str = "bandwidth") -> None:
+        for name in ("ingress_gbps", "gds_gbps", "dram_gbps"):
+            v = getattr(self, name)
+            _check(v > 0, f"{prefix}.{name}", v, "must be > 0")
+
+
+@dataclass
+class TransferConfig:
+    """Paper 4.5 and the baselines: how DRAM and GDS reads share GPU ingress."""
+
+    mode: str = "coordinated"  # serial | overlap | coordinated
+    planner: str = "saria"  # saria | lmcache | gds-only
+
+    def validate(self, prefix: str = "transfer") -> None:
+        _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")
+        _check(self.planner in PLANNERS, f"{prefix}.planner", self.planner, f"must be one of {', '.join(PLANNERS)}")
+
+
+@dataclass
+class CapacityConfig:
+    """Tier capacities in full-attention token equivalents (GDN checkpoints count by bytes)."""
+
+    dram_tokens: int = 1_000_000
+    ssd_tokens: int = 10_000_000
+
+    def validate(self, prefix: str = "capacity") -> None:
+        for name in ("dram_tokens", "ssd_tokens"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v >= 0, f"{prefix}.{name}", v, "must be a non-negative integer")
+
+
+@dataclass
+class SariaConfig:
+    """Root of the policy configuration tree."""
+
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    metadata: MetadataConfig = field(default_factory=MetadataConfig)
+    promotion: PromotionConfig = field(default_factory=PromotionConfig)
+    bandwidth: BandwidthConfig = field(default_factory=BandwidthConfig)
+    transfer: TransferConfig = field(default_factory=TransferConfig)
+    capacity: CapacityConfig = field(default_factory=CapacityConfig)
+
+    def validate(self) -> "SariaConfig":
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate(f.name)
+        return self
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "config") -> "SariaConfig":
+        """Build from a nested dict (sections as in ``to_dict``); unknown keys are errors.
+
+        Capacities accept strings such as ``"1M"``. ``source`` names where the dict came
+        from (a file, ``--hicache-storage-backend-extra-config``) in error messages.
+        """
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: expected a JSON object, got {type(d).__name__}")
+        sections = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for sec_name, sec_val in d.items():
+            if sec_name not in sections:
+                raise ConfigError(f"{source}: unknown key {sec_name!r} (known sections: {', '.join(sections)})")
+            sec_cls = sections[sec_name].default_factory  # type: ignore[misc]
+            if not isinstance(sec_val, dict):
+                raise ConfigError(f"{source}: {sec_name} must be an object, got {sec_val!r}")
+            known = {f.name: f for f in dataclasses.fields(sec_cls)}
+            vals: dict[str, Any] = {}
+            for k, v in sec_val.items():
+                if k not in known:
+                    raise ConfigError(f"{source}: unknown key {sec_name}.{k!r} (known: {', '.join(known)})")
+                vals[k] = _coerce(f"{sec_name}.{k}", known[k], v, source)
+            kwargs[sec_name] = sec_cls(**vals)
+        cfg = cls(**kwargs)
+        try:
+            return cfg.validate()
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+
+def _coerce(name: str, f: dataclasses.Field, v: Any, source: str) -> Any:
+    typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    try:
+        if name.startswith("capacity."):
+            return parse_token_count(v, name)
+        if typ == "int":
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f"{name}={v!r}: expected an integer")
+            return v
+        if typ == "float":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise ConfigError(f"{name}={v!r}: expected a number")
+            return float(v)
+        if typ == "bool":
+            if not isinstance(v, bool):
+                raise ConfigError(f"{name}={v!r}: expected true/false")
+            return v
+        if typ == "str":
+            if not isinstance(v, str):
+                raise ConfigError(f"{name}={v!r}: expected a string")
+            return v
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
+    return v

@@ -1,0 +1,134 @@
+"""Persistence-aware SSD admission (paper 4.2).
+
+A policy is a pure predicate over a node's shared counters at one of four moments
+(vLLM kv_offload style), plus lifecycle callbacks that only count. Write *scheduling*
+(write-before-reclaim, reuse-triggered async write, prewrite with ``E + 1``) is the
+core's job; the policy only says whether a node qualifies at that moment.
+
+Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from enum import Enum
+
+
+class AdmissionEvent(str, Enum):
+    INSERT = "insert"  # a (re)computed block enters DRAM
+    REUSE = "reuse"  # a request's input contains the block again (R was just incremented)
+    EVICT = "evict"  # DRAM eviction (E was just incremented): write-before-reclaim
+    PREWRITE = "prewrite"  # near the DRAM eviction end: would it qualify at its next eviction?
+
+
+# Prometheus name under which the SGLang adapter exports ``AdmissionPolicy.admitted`` (label: event).
+METRIC_ADMITTED = "sglang:saria_ssd_admissions_total"
+
+
+class AdmissionPolicy(ABC):
+    """Decides whether a node not yet on SSD should be written there."""
+
+    name: str = ""
+    #: whether PREWRITE can ever differ from EVICT-time decisions (lets the core skip scans)
+    uses_eviction_count: bool = False
+    #: R value at which the reuse path fires (0 = never)
+    reuse_threshold: int = 0
+
+    def __init__(self) -> None:
+        self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}
+
+    @abstractmethod
+    def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
+        """Pure: no side effects, safe to call speculatively."""
+
+    def on_admitted(self, event: AdmissionEvent) -> None:
+        self.admitted[event.value] += 1
+
+    def reset(self) -> None:
+        self.admitted = {e.value: 0 for e in AdmissionEvent}
+
+    @property
+    def writes_ssd(self) -> bool:
+        return True
+
+
+class NoAdmission(AdmissionPolicy):
+    """DRAM-only caching: nothing reaches SSD."""
+
+    name = "none"
+
+    def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
+        return False
+
+    @property
+    def writes_ssd(self) -> bool:
+        return False
+
+
+class FullDuplicate(AdmissionPolicy):
+    """Every block entering DRAM is also written to SSD (HiCache/LMCache write-through)."""
+
+    name = "full-duplicate"
+
+    def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
+        return True
+
+
+class ThresholdAdmission(AdmissionPolicy):
+    """Admit when ``E >= theta_E`` (eviction history) or ``R >= theta_R`` (popularity)."""
+
+    def __init__(self, theta_E: int | None, theta_R: int | None) -> None:
+        super().__init__()
+        if theta_E is None and theta_R is None:
+            raise ValueError("at least one of theta_E, theta_R must be set")
+        for label, v in (("E", theta_E), ("R", theta_R)):
+            if v is not None and v < 1:
+                raise ValueError(f"threshold {label}{v} must be >= 1")
+        self.theta_E = theta_E
+        self.theta_R = theta_R
+        self.uses_eviction_count = theta_E is not None
+        self.reuse_threshold = theta_R or 0
+        parts = ([f"E{theta_E}"] if theta_E else []) + ([f"R{theta_R}"] if theta_R else [])
+        kind = "combined" if len(parts) == 2 else ("eviction" if theta_E else "reuse")
+        self.name = f"{kind}:{''.join(parts)}"
+
+    def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
+        if self.theta_R is not None and R >= self.theta_R:
+            return True
+        if self.theta_E is None or event is AdmissionEvent.INSERT or event is AdmissionEvent.REUSE:
+            return False
+        if event is AdmissionEvent.PREWRITE:
+            E += 1
+        return E >= self.theta_E
+
+
+_NAME_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
+
+
+def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:
+    """Split a policy name into (kind, theta_E, theta_R); raises ValueError listing the forms."""
+    if name in ("none", "full-duplicate"):
+        return name, None, None
+    m = _NAME_RE.match(name)
+    if not m:
+        raise ValueError(
+            f"unknown admission policy {name!r}; expected none, full-duplicate, eviction:E<n>, reuse:R<n> or combined:E<n>R<m>"
+        )
+    e1, r1, e2, r2 = m.groups()
+    theta_E = int(e1 or e2) if (e1 or e2) else None
+    theta_R = int(r1 or r2) if (r1 or r2) else None
+    for label, v in (("E", theta_E), ("R", theta_R)):
+        if v is not None and v < 1:
+            raise ValueError(f"admission policy {name!r}: threshold {label}{v} must be >= 1")
+    return ("combined" if e2 else "eviction" if e1 else "reuse"), theta_E, theta_R
+
+
+def make_admission_policy(name: str) -> AdmissionPolicy:
+    """Factory: build a policy from its name (see module docstring)."""
+    kind, theta_E, theta_R = parse_policy_name(name)
+    if kind == "none":
+        return NoAdmission()
+    if kind == "full-duplicate":
+        return FullDuplicate()
+    return ThresholdAdmission(theta_E, theta_R)

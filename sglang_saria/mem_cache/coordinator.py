@@ -1,0 +1,163 @@
+"""Transfer coordinator (paper 4.5): how DRAM copies and GDS reads share GPU ingress.
+
+The decision is ``allocate()``: given the active transfers (FIFO by submission) it
+returns each one's DRAM and GDS rate, under three global limits (ingress, GDS, DRAM
+bandwidth). Modes:
+
+- ``serial``: each request loads its DRAM part, then its SSD part (LMCache+ base).
+- ``overlap``: both parts submitted at once, uncoordinated; DRAM bursts take the
+  ingress first and GDS gets what is left (the SSD tail of paper Figure 16).
+- ``coordinated``: GDS gets its allowance first; while a request's GDS reads are
+  active its DRAM copies are paced to ``B_ingress - B_gds``; once its SSD part ends
+  DRAM runs at full rate; leftover ingress serves later requests' DRAM parts.
+
+The fluid driver (``advance``) integrates those rates exactly between events, so
+completion times are exact. A real pacer (SGLang adapter) calls ``allocate()`` when a
+transfer starts or finishes and throttles copies to the returned rates; the decision
+logic only depends on the clock it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sglang_saria.config import TRANSFER_MODES, BandwidthConfig
+
+_GB = 1e9
+
+
+@dataclass
+class Transfer:
+    """One request's reload: bytes left per source."""
+
+    req_id: int
+    dram_left: float
+    ssd_left: float
+    submit_t: float
+
+    @property
+    def done(self) -> bool:
+        return self.dram_left <= 0.0 and self.ssd_left <= 0.0
+
+
+class TransferCoordinator:
+    """Shares ingress among concurrent reloads; fluid (exact-time) model."""
+
+    def __init__(self, bw: BandwidthConfig, mode: str = "coordinated") -> None:
+        if mode not in TRANSFER_MODES:
+            raise ValueError(f"transfer mode {mode!r}: must be one of {', '.join(TRANSFER_MODES)}")
+        self.mode = mode
+        self.ingress = bw.ingress_gbps * _GB
+        self.gds = bw.gds_gbps * _GB
+        self.dram = bw.dram_gbps * _GB
+        self.active: list[Transfer] = []
+        self.now = 0.0
+
+    def submit(self, req_id: int, dram_bytes: float, ssd_bytes: float, now: float) -> list[tuple[int, float]]:
+        """Queue a reload at ``now``; returns transfers that finished while advancing to ``now``."""
+        if now < self.now - 1e-12:
+            raise ValueError(f"submit at t={now} is before the coordinator clock {self.now}")
+        if dram_bytes < 0 or ssd_bytes < 0:
+            raise ValueError(f"request {req_id}: negative transfer bytes ({dram_bytes}, {ssd_bytes})")
+        finished = self.advance(now)
+        self.active.append(Transfer(req_id, float(dram_bytes), float(ssd_bytes), now))
+        return finished
+
+    def allocate(self) -> list[tuple[float, float]]:
+        """The pacing decision: (dram_rate, gds_rate) in bytes/s per active transfer."""
+        ingress, gds, dram = self.ingress, self.gds, self.dram
+        rates = [(0.0, 0.0)] * len(self.active)
+        if self.mode == "overlap":
+            dram_rates = []
+            for tr in self.active:
+                d = min(dram, ingress) if tr.dram_left > 0 else 0.0
+                dram -= d
+                ingress -= d
+                dram_rates.append(d)
+            for i, tr in enumerate(self.active):
+                g = min(gds, ingress) if tr.ssd_left > 0 else 0.0
+                gds -= g
+                ingress -= g
+                rates[i] = (dram_rates[i], g)
+            return rates
+        pace = max(0.0, self.ingress - self.gds)
+        for i, tr in enumerate(self.active):
+            d = g = 0.0
+            if self.mode == "serial":
+                if tr.dram_left > 0:
+                    d = min(dram, ingress)
+                elif tr.ssd_left > 0:
+                    g = min(gds, ingress)
+            else:  # coordinated
+                if tr.ssd_left > 0:
+                    g = min(gds, ingress)
+                if tr.dram_left > 0:
+                    d = min(dram, ingress - g, pace) if g > 0 else min(dram, ingress - g)
+            gds -= g
+            dram -= d
+            ingress -= d + g
+            rates[i] = (d, g)
+        return rates
+
+    def next_event_time(self) -> float | None:
+        """When the next part (DRAM or SSD) of some transfer finishes at current rates."""
+        if not self.active:
+            return None
+        return self._next_finish(self.allocate())
+
+    def _next_finish(self, rates: list[tuple[float, float]]) -> float:
+        best = math.inf
+        now = self.now
+        for tr, (d, g) in zip(self.active, rates):
+            if tr.dram_left > 0 and d > 0:
+                best = min(best, now + tr.dram_left / d)
+            if tr.ssd_left > 0 and g > 0:
+                best = min(best, now + tr.ssd_left / g)
+        if best == math.inf and not any(tr.done for tr in self.active):
+            raise RuntimeError("coordinator stalled: active transfers but no bandwidth allocated")
+        return best
+
+    def advance(self, until: float) -> list[tuple[int, float]]:
+        """Integrate rates up to ``until``; return (req_id, completion time) of finished transfers.
+
+        Each step ends at the next part completion, where rates are re-decided; a part
+        whose computed finish time is that step's end is set to exactly zero, so every
+        step makes progress and completion times are exact up to float rounding.
+        """
+        finished: list[tuple[int, float]] = []
+        while self.active:
+            if any(tr.done for tr in self.active):  # zero-byte parts finish on submission
+                finished.extend((tr.req_id, self.now) for tr in self.active if tr.done)
+                self.active = [tr for tr in self.active if not tr.done]
+                continue
+            rates = self.allocate()
+            t_next = self._next_finish(rates)
+            now = self.now
+            if t_next > until:
+                dt = until - now
+                for tr, (d, g) in zip(self.active, rates):
+                    tr.dram_left = max(tr.dram_left - d * dt, 0.0) if d else tr.dram_left
+                    tr.ssd_left = max(tr.ssd_left - g * dt, 0.0) if g else tr.ssd_left
+                self.now = until
+                if not any(tr.done for tr in self.active):
+                    break
+                continue
+            dt = t_next - now
+            for tr, (d, g) in zip(self.active, rates):
+                if d and tr.dram_left > 0:
+                    tr.dram_left = 0.0 if now + tr.dram_left / d <= t_next else tr.dram_left - d * dt
+                if g and tr.ssd_left > 0:
+                    tr.ssd_left = 0.0 if now + tr.ssd_left / g <= t_next else tr.ssd_left - g * dt
+            self.now = t_next
+        if until != math.inf:
+            self.now = max(self.now, until)
+        return finished
+
+    @staticmethod
+    def single_request_time(bw: BandwidthConfig, mode: str, dram_bytes: float, ssd_bytes: float) -> float:
+        """Completion time of one request alone (a convenience for planning and tests)."""
+        c = TransferCoordinator(bw, mode)
+        c.submit(0, dram_bytes, ssd_bytes, 0.0)
+        done = c.advance(float("inf"))
+        return done[0][1] if done else 0.0

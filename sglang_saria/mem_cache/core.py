@@ -1,0 +1,277 @@
+"""The Saria policy core: the tree decides, a driver executes.
+
+``SariaCore`` ties the metadata tree, admission, tiers, planner and promotion into
+two per-request calls. Each call updates the logical state (counters, locations,
+tier residency) and returns an ``Actions`` record of the data movement a driver must
+perform: the replay driver only counts bytes and times; the SGLang adapter copies
+real pages. Nothing here touches pools, files or wall clocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.eviction import make_eviction
+from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
+from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
+from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
+from sglang_saria.model_specs import ModelSpec
+
+
+@dataclass
+class Actions:
+    """Data movement decided by one core call, in execution order per list."""
+
+    ssd_writes: list[int] = field(default_factory=list)  # persist node DRAM -> SSD (before any DRAM reclaim below)
+    dram_evictions: list[int] = field(default_factory=list)  # reclaim the node's DRAM copy
+    ssd_evictions: list[int] = field(default_factory=list)  # delete the node's SSD copy
+    promotions: list[int] = field(default_factory=list)  # copy SSD-hit node GPU -> DRAM after prefill
+
+
+@dataclass
+class CoreStats:
+    """Counters the replay reports; the adapter exports the same as Prometheus metrics."""
+
+    dram_evictions: int = 0
+    promoted_blocks: int = 0
+    prewrites: int = 0
+    reuse_writes: int = 0
+    evict_writes: int = 0
+    insert_writes: int = 0
+
+
+class SariaCore:
+    """Engine-agnostic Saria policy state for one model and one cache configuration."""
+
+    def __init__(self, cfg: SariaConfig, spec: ModelSpec, dram_eviction: str = "lru", ssd_eviction: str = "lru") -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.spec = spec
+        bt = cfg.metadata.block_tokens
+        self.hybrid = spec.is_hybrid
+        self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None, cfg.metadata.metadata_window_s)
+        self.admission = make_admission_policy(cfg.admission.policy)
+        self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
+        self.planner = cfg.transfer.planner
+        self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction))
+        self.ssd = Tier(SSD, cfg.capacity.ssd_tokens, make_eviction(ssd_eviction))
+        self.block_tokens = bt
+        self.block_bytes = spec.kv_bytes_per_token * bt
+        self.ckpt_bytes = spec.checkpoint_bytes
+        self.ckpt_tokens = spec.checkpoint_token_equiv
+        self.stats = CoreStats()
+        self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
+        self._prewrite_depth = cfg.admission.prewrite_depth_blocks
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(self, keys: list[int]) -> ReloadPlan:
+        """Pure: the reload plan for a request's block keys (no state change)."""
+        return plan_reload(keys, self.metadata.nodes, self.planner, self.hybrid)
+
+    def plan_bytes(self, plan: ReloadPlan) -> tuple[int, int]:
+        """(DRAM bytes, SSD bytes) the plan loads, checkpoint included."""
+        d = plan.dram_blocks * self.block_bytes
+        s = plan.ssd_blocks * self.block_bytes
+        if plan.ckpt_source == DRAM:
+            d += self.ckpt_bytes
+        elif plan.ckpt_source == SSD:
+            s += self.ckpt_bytes
+        return d, s
+
+    # ---------------------------------------------------------- request path
+    def begin_request(self, keys: list[int], now: float) -> tuple[ReloadPlan, Actions]:
+        """A request arrives: plan its reload, count reuse, refresh hit recency.
+
+        Reuse-triggered writes (``R`` reached ``theta_R`` while in DRAM) are returned
+        as asynchronous SSD writes. O(len(keys)).
+        """
+        plan = self.lookup(keys)
+        acts = Actions()
+        md = self.metadata
+        reached = md.record_use(keys, now, self.admission.reuse_threshold)
+        nodes = md.nodes
+        dram, ssd = self.dram, self.ssd
+        # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
+        hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
+        if plan.ssd_blocks == 0:
+            dram.access_many(hit)
+        else:
+            src_rev = plan.sources[::-1]
+            dram.access_many([k for k, src in zip(hit, src_rev) if src == DRAM])
+            ssd.read_many([k for k, src in zip(hit, src_rev) if src == SSD], self.block_bytes)
+        if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
+            ssd.bytes_read += self.ckpt_bytes
+        for k in reached:
+            node = nodes[k]
+            if node.fa_loc & DRAM and not node.fa_loc & SSD and self.admission.should_admit(node.E, node.R, AdmissionEvent.REUSE):
+                self._write(k, node, acts, AdmissionEvent.REUSE)
+        return plan, acts
+
+    def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
+        """Prefill done: newly computed blocks enter DRAM, SSD hits may be promoted.
+
+        DRAM evictions run admission (write-before-reclaim); then prewrite examines the
+        eviction end of DRAM; finally stale metadata is reclaimed.
+        """
+        acts = Actions()
+        nodes = self.metadata.nodes
+        dram = self.dram
+        adm = self.admission
+        writes_ssd = adm.writes_ssd
+        n_hit = plan.n_blocks
+        for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
+            node = nodes.get(k)
+            if node is None:  # reclaimed while the request ran; it is recomputed as new
+                continue
+            if node.fa_loc & DRAM:
+                dram.access(k)
+                continue
+            tokens, nbytes = self._size(node)
+            if tokens <= dram.capacity_tokens:  # else (e.g. GDS-only) it passes from HBM straight to admission
+                if dram.free_tokens < tokens:
+                    self._evict_dram(tokens, acts)
+                dram.insert(k, tokens, nbytes)
+                node.fa_loc |= DRAM
+                if node.ck_loc >= 0:
+                    node.ck_loc |= DRAM
+            if writes_ssd and not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.INSERT):
+                self._write(k, node, acts, AdmissionEvent.INSERT)
+        if n_hit:
+            self._refresh_prefix(keys, n_hit)
+        if plan.uses_ssd and self.promotion.r_eff > 0:
+            self._promote(keys, plan, now, acts)
+        if self._prewrite:
+            self._prewrite_scan(acts)
+        self.metadata.reclaim(now)
+        return acts
+
+    # ------------------------------------------------------------- internals
+    def _size(self, node: ContextNode) -> tuple[int, int]:
+        """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
+        if node.ck_loc >= 0:
+            return self.block_tokens + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes
+        return self.block_tokens, self.block_bytes
+
+    def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
+        """Make the reused prefix more recent than the blocks computed after it.
+
+        A radix cache evicts leaves first: a prefix's tail goes before its head, since a
+        missing head makes everything behind it unusable. Touching deepest-first keeps that
+        order in a flat LRU (the head ends up most recent).
+        """
+        dram = self.dram
+        dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
+
+    def _write(self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent) -> None:
+        """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room."""
+        ssd = self.ssd
+        tokens, nbytes = self._size(node)
+        if tokens > ssd.capacity_tokens:
+            return
+        nodes = self.metadata.nodes
+        while ssd.free_tokens < tokens:
+            victim = ssd.victim()
+            ssd.remove(victim)
+            vn = nodes[victim]
+            vn.fa_loc &= ~SSD
+            if vn.ck_loc >= 0:
+                vn.ck_loc &= ~SSD
+            acts.ssd_evictions.append(victim)
+        ssd.insert(key, tokens, nbytes)
+        node.fa_loc |= SSD
+        if node.ck_loc >= 0:
+            node.ck_loc |= SSD
+        acts.ssd_writes.append(key)
+        self.admission.on_admitted(event)
+        st = self.stats
+        if event is AdmissionEvent.EVICT:
+            st.evict_writes += 1
+        elif event is AdmissionEvent.REUSE:
+            st.reuse_writes += 1
+        elif event is AdmissionEvent.PREWRITE:
+            st.prewrites += 1
+        else:
+            st.insert_writes += 1
+
+    def _evict_dram(self, need_tokens: int, acts: Actions) -> None:
+        """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim."""
+        dram = self.dram
+        nodes = self.metadata.nodes
+        adm = self.admission
+        writes_ssd = adm.writes_ssd
+        while dram.free_tokens < need_tokens and len(dram):
+            k = dram.victim()
+            node = nodes[k]
+            node.E += 1
+            if writes_ssd and not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.EVICT):
+                self._write(k, node, acts, AdmissionEvent.EVICT)
+            dram.remove(k)
+            node.fa_loc &= ~DRAM
+            if node.ck_loc >= 0:
+                node.ck_loc &= ~DRAM
+            acts.dram_evictions.append(k)
+            self.stats.dram_evictions += 1
+
+    def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
+        """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
+        nodes = self.metadata.nodes
+        prefix = keys[: plan.n_blocks]
+        in_dram = 0
+        candidates: list[int] = []
+        for k in prefix:
+            node = nodes.get(k)
+            if node is None:
+                continue
+            if node.fa_loc & DRAM:
+                in_dram += 1
+            elif node.fa_loc & SSD:
+                candidates.append(k)
+        n = self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))
+        if n == 0:
+            return
+        chosen = candidates[:n]
+        need = sum(self._size(nodes[k])[0] for k in chosen)
+        budget = self.dram.free_tokens
+        if budget < need:
+            # headroom: LRU-end blocks that promotion may displace (not reused within P_tau)
+            for k in self.dram.victims():
+                node = nodes[k]
+                if not self.promotion.evictable(now, node.t_reuse):
+                    break
+                budget += self.dram.size_of(k)[0]
+                if budget >= need:
+                    break
+        fitting = []
+        for k in chosen:
+            tokens = self._size(nodes[k])[0]
+            if tokens > budget:
+                break
+            budget -= tokens
+            fitting.append(k)
+        for k in reversed(fitting):  # deepest first, as everywhere (head most recent)
+            node = nodes[k]
+            tokens, nbytes = self._size(node)
+            if self.dram.free_tokens < tokens:
+                self._evict_dram(tokens, acts)
+            self.dram.insert(k, tokens, nbytes)
+            node.fa_loc |= DRAM
+            if node.ck_loc >= 0:
+                node.ck_loc |= DRAM
+            acts.promotions.append(k)
+            self.stats.promoted_blocks += 1
+
+    def _prewrite_scan(self, acts: Actions) -> None:
+        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction."""
+        nodes = self.metadata.nodes
+        adm = self.admission
+        due = []
+        for k in islice(self.dram.victims(), self._prewrite_depth):
+            node = nodes[k]
+            if not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):
+                due.append(k)
+        for k in due:
+            self._write(k, nodes[k], acts, AdmissionEvent.PREWRITE)

@@ -1,0 +1,120 @@
+"""Unified context metadata (paper 4.3).
+
+A context node is a block-aligned prefix keyed by its chained block key (parent key
++ block content), so the key alone identifies the whole prefix: the radix tree is a
+flat ``dict`` from key to node, and walking a request's key list is walking the
+tree. Each node holds counters shared by all its objects (``R``, ``E``, ``t_reuse``)
+and one location bitmask per object: the FA block and, on checkpoint boundaries of
+hybrid models, the GDN checkpoint. Metadata outlives residency and is reclaimed only
+after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sglang_saria.mem_cache.tiers import DRAM, SSD
+
+NO_CHECKPOINT = -1  # ck_loc of nodes that do not end on a checkpoint boundary
+FA_BLOCK = "fa"
+GDN_CHECKPOINT = "gdn"
+
+
+class ContextNode:
+    """Counters and object locations of one block-aligned prefix (about 100 bytes)."""
+
+    __slots__ = ("R", "E", "t_reuse", "fa_loc", "ck_loc")
+
+    def __init__(self, now: float, has_checkpoint: bool) -> None:
+        self.R = 0  # request reuses after first computation (hit or recompute)
+        self.E = 0  # DRAM evictions across residencies
+        self.t_reuse = now  # last time a request used (or computed) the block
+        self.fa_loc = 0  # bitmask of DRAM | SSD holding the FA block
+        self.ck_loc = 0 if has_checkpoint else NO_CHECKPOINT  # same for the GDN checkpoint
+
+    def __repr__(self) -> str:
+        return f"ContextNode(R={self.R}, E={self.E}, t_reuse={self.t_reuse}, fa_loc={self.fa_loc}, ck_loc={self.ck_loc})"
+
+
+class ContextMetadata:
+    """The metadata tree: key -> node, plus a recency list for window reclamation."""
+
+    def __init__(self, block_tokens: int, checkpoint_tokens: int | None, window_s: float) -> None:
+        self.block_tokens = block_tokens
+        # node i (0-based) carries a checkpoint when (i + 1) % stride == 0; 0 = FA-only model
+        self.checkpoint_stride = (checkpoint_tokens // block_tokens) if checkpoint_tokens else 0
+        self.window_s = window_s
+        self.nodes: dict[int, ContextNode] = {}
+        self._recency: OrderedDict[int, None] = OrderedDict()  # by last use; reclamation scans the front
+        self.reclaimed = 0
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def get(self, key: int) -> ContextNode | None:
+        return self.nodes.get(key)
+
+    def record_use(self, keys: list[int], now: float, r_watch: int = 0) -> list[int]:
+        """A request's input contains ``keys``: count reuse, create first-time nodes.
+
+        Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
+        reuse-triggered admission path turns into asynchronous writes. O(len(keys)).
+        """
+        nodes = self.nodes
+        recency = self._recency
+        stride = self.checkpoint_stride
+        reached: list[int] = []
+        for i, k in enumerate(keys):
+            node = nodes.get(k)
+            if node is None:
+                nodes[k] = ContextNode(now, stride > 0 and (i + 1) % stride == 0)
+                recency[k] = None
+                continue
+            node.R += 1
+            node.t_reuse = now
+            recency.move_to_end(k)
+            if node.R == r_watch:
+                reached.append(k)
+        return reached
+
+    def set_location(self, key: int, obj: str, tier: int, present: bool) -> None:
+        """Adapter hook: one object of a node gained/lost a copy in ``tier`` outside the core.
+
+        E.g. SGLang's Mamba pool dropped a checkpoint while the FA block stays resident.
+        """
+        node = self.nodes[key]
+        if obj == FA_BLOCK:
+            node.fa_loc = (node.fa_loc | tier) if present else (node.fa_loc & ~tier)
+        elif obj == GDN_CHECKPOINT:
+            if node.ck_loc == NO_CHECKPOINT:
+                raise ValueError(f"node {key} is not on a checkpoint boundary")
+            node.ck_loc = (node.ck_loc | tier) if present else (node.ck_loc & ~tier)
+        else:
+            raise ValueError(f"unknown object {obj!r}; expected {FA_BLOCK!r} or {GDN_CHECKPOINT!r}")
+
+    def reclaim(self, now: float) -> int:
+        """Drop nodes unused for a whole window that no tier holds. Amortised O(1) per node.
+
+        A stale node still held by a tier is moved behind the fresh ones and revisited
+        once it reaches the front again, so reclamation is late, never early.
+        """
+        cutoff = now - self.window_s
+        nodes = self.nodes
+        recency = self._recency
+        dropped = 0
+        for _ in range(len(recency)):
+            k = next(iter(recency))
+            node = nodes[k]
+            if node.t_reuse >= cutoff:
+                break
+            if node.fa_loc or node.ck_loc > 0:
+                recency.move_to_end(k)
+                continue
+            del recency[k]
+            del nodes[k]
+            dropped += 1
+        self.reclaimed += dropped
+        return dropped
+
+
+__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]

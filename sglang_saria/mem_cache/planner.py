@@ -1,0 +1,84 @@
+"""Reload planning (paper 4.3) and the baselines' lookups.
+
+``saria``: the longest prefix in which every FA block has a source (DRAM preferred,
+else SSD), so DRAM-SSD-DRAM interleavings are recovered; for hybrid models the
+prefix must end on a node whose GDN checkpoint is available.
+``lmcache``: LMCache-style tier-prefix lookup: the longest DRAM prefix, then the
+longest SSD continuation; it never switches back to DRAM (the "LMCache+" baseline).
+``gds-only``: SSD is the only source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sglang_saria.mem_cache.metadata import ContextNode
+from sglang_saria.mem_cache.tiers import DRAM, SSD
+
+
+@dataclass
+class ReloadPlan:
+    """Which objects to load, from where. ``sources[i]`` is DRAM or SSD for FA block i."""
+
+    n_blocks: int = 0
+    sources: list[int] = field(default_factory=list)
+    ckpt_source: int = 0  # DRAM / SSD for the checkpoint at the end of the prefix; 0 = none
+    dram_blocks: int = 0
+    ssd_blocks: int = 0
+
+    @property
+    def uses_ssd(self) -> bool:
+        return self.ssd_blocks > 0 or self.ckpt_source == SSD
+
+
+def _pick(loc: int) -> int:
+    return DRAM if loc & DRAM else SSD
+
+
+def plan_reload(
+    keys: list[int], nodes: dict[int, ContextNode], planner: str = "saria", hybrid: bool = False
+) -> ReloadPlan:
+    """Walk ``keys`` through the metadata tree and return the reload plan. O(prefix length).
+
+    ``hybrid``: the model has GDN layers, so only prefixes ending on an available
+    checkpoint are reusable (FA KV alone cannot resume the recurrent state).
+    """
+    sources: list[int] = []
+    append = sources.append
+    get = nodes.get
+    best = 0  # length of the longest valid prefix so far
+    best_ck = 0
+    phase = DRAM  # lmcache: current tier of the tier-prefix lookup
+    for k in keys:
+        node = get(k)
+        if node is None:
+            break
+        loc = node.fa_loc
+        if planner == "saria":
+            if not loc:
+                break
+            src = DRAM if loc & DRAM else SSD
+        elif planner == "lmcache":
+            if phase == DRAM and not loc & DRAM:
+                phase = SSD
+            if not loc & phase:
+                break
+            src = phase
+        else:  # gds-only
+            if not loc & SSD:
+                break
+            src = SSD
+        append(src)
+        ck = node.ck_loc
+        if hybrid and ck > 0:
+            ck_ok = ck & (SSD if planner == "gds-only" else (DRAM | SSD))
+            if ck_ok:
+                best = len(sources)
+                best_ck = _pick(ck_ok) if planner == "saria" else (src if ck & src else _pick(ck_ok))
+    if hybrid:
+        del sources[best:]
+    else:
+        best = len(sources)
+        best_ck = 0
+    dram = sources.count(DRAM)
+    return ReloadPlan(best, sources, best_ck, dram, best - dram)

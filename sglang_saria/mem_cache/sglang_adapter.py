@@ -1,0 +1,174 @@
+"""SGLang glue: persistence-aware SSD admission (paper 4.2) inside HiCache's radix tree.
+
+SGLang's HiCache writes every page that reaches host memory to storage ("full
+duplicate"). With the `saria` backend, patch 005 asks this policy instead at three
+points of `UnifiedRadixCache`:
+
+- a request matched cached pages (once per request): `R += 1`, and a node whose `R`
+  just reached `theta_R` is written asynchronously (reuse-triggered write);
+- a node's write-through to host finished: pages seen before were recomputed
+  (`R += 1`); the node is written now only if the policy admits it on insert
+  (full-duplicate always does);
+- a host leaf is about to be reclaimed: if it is not on SSD and would qualify with
+  this eviction counted (`E + 1`), it is written first and reclaimed on a later pass
+  (write-before-reclaim: the write holds a host lock); otherwise `E += 1` and it goes.
+
+Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
+that returns after eviction keeps its history. Locations are not copied here: DRAM
+is the tree's `host_value`, SSD is the store's index, so nothing can drift.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+from dataclasses import dataclass
+
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.metadata import ContextMetadata
+
+logger = logging.getLogger(__name__)
+
+_RECENT_REQUESTS = 65536  # request ids remembered to count a request's reuse once
+
+
+def page_key(page_hash: str) -> int:
+    """SGLang page hashes are hex digests; their first 64 bits key the core's metadata."""
+    return int(page_hash[:16], 16)
+
+
+@dataclass
+class EvictionStats:
+    """Host reclaims seen by the policy (admissions are counted by the policy object)."""
+
+    host_evictions: int = 0
+    deferred_evictions: int = 0  # reclaims postponed behind a write-before-reclaim
+
+
+class SariaHiCachePolicy:
+    """Admission decisions for SGLang nodes, given as lists of page hashes."""
+
+    def __init__(
+        self,
+        config: SariaConfig,
+        page_size: int,
+        on_ssd: Callable[[str], bool],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.admission = make_admission_policy(config.admission.policy)
+        self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
+        self.on_ssd = on_ssd
+        self.clock = clock
+        self.stats = EvictionStats()
+        self._requests_seen: OrderedDict[str, None] = OrderedDict()
+        self._metrics = _Metrics.get()
+
+    @property
+    def writes_ssd(self) -> bool:
+        return self.admission.writes_ssd
+
+    def _admit(self, hashes: Sequence[str], event: AdmissionEvent, extra_evictions: int = 0) -> bool:
+        nodes = [self.metadata.get(page_key(h)) for h in hashes]
+        nodes = [n for n in nodes if n is not None]
+        if not nodes:
+            return False
+        admit = self.admission.should_admit(
+            max(n.E for n in nodes) + extra_evictions, max(n.R for n in nodes), event
+        )
+        if admit:
+            self.admission.on_admitted(event)
+            self._metrics.admitted(event.value)
+        return admit
+
+    def on_request_match(self, request_id: str, tree_core: Any, node_id: int) -> list[int]:
+        """A request matched the path ending at ``node_id``: count its reuse once.
+
+        Returns the ids of path nodes to write now (their ``R`` just reached theta_R).
+        """
+        if request_id in self._requests_seen:
+            return []
+        self._requests_seen[request_id] = None
+        if len(self._requests_seen) > _RECENT_REQUESTS:
+            self._requests_seen.popitem(last=False)
+        now = self.clock()
+        to_write = []
+        for node in _path_to_root(tree_core, node_id):
+            hashes = node.hash_value
+            reached = self.metadata.record_use(
+                [page_key(h) for h in hashes], now, r_watch=self.admission.reuse_threshold
+            )
+            if reached and not self.on_ssd(hashes[-1]) and self._admit(hashes, AdmissionEvent.REUSE):
+                to_write.append(node.id)
+        return to_write
+
+    def on_host_insert(self, hashes: Sequence[str]) -> bool:
+        """A node's pages reached host memory; True: write it to storage now."""
+        if not hashes:
+            return False
+        self.metadata.record_use([page_key(h) for h in hashes], self.clock())
+        return self._admit(hashes, AdmissionEvent.INSERT)
+
+    def on_host_evict(self, hashes: Sequence[str]) -> bool:
+        """A host leaf is the next to reclaim. True: reclaim now; False: write it first."""
+        if not hashes or not self.writes_ssd:
+            self._count_eviction(hashes)
+            return True
+        if not self.on_ssd(hashes[-1]) and self._admit(hashes, AdmissionEvent.EVICT, extra_evictions=1):
+            self.stats.deferred_evictions += 1
+            return False
+        self._count_eviction(hashes)
+        return True
+
+    def _count_eviction(self, hashes: Sequence[str]) -> None:
+        now = self.clock()
+        for h in hashes:
+            node = self.metadata.get(page_key(h))
+            if node is not None:
+                node.E += 1
+        self.stats.host_evictions += 1
+        self._metrics.host_evicted()
+        self.metadata.reclaim(now)
+
+
+def _path_to_root(tree_core: Any, node_id: int) -> list[Any]:
+    """Nodes from ``node_id`` up to (not including) the root that carry page hashes."""
+    path = []
+    node = tree_core.node_by_id(node_id)
+    while node is not None and node.parent is not None:
+        if node.hash_value:
+            path.append(node)
+        node = node.parent
+    return path
+
+
+class _Metrics:
+    """Prometheus counters, created once per process (SGLang may build several caches)."""
+
+    _instance: "_Metrics | None" = None
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter
+
+        self._admitted = Counter(
+            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
+        )
+        self._host_evictions = Counter(
+            "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"
+        )
+
+    @classmethod
+    def get(cls) -> "_Metrics":
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def admitted(self, event: str) -> None:
+        self._admitted.labels(event=event).inc()
+
+    def host_evicted(self) -> None:
+        self._host_evictions.inc()

@@ -1,0 +1,104 @@
+"""DRAM and SSD tiers: token-capacity accounting, eviction order and byte counters.
+
+A tier only records residency; it never decides what to admit or evict on its own
+(the core does, through the eviction plug-in), so the same tier serves the replay
+driver and the SGLang adapter's bookkeeping of its real pools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from sglang_saria.mem_cache.eviction import EvictionPolicy, LRUEviction
+
+DRAM = 1
+SSD = 2
+TIER_NAMES = {DRAM: "dram", SSD: "ssd"}
+
+
+class Tier:
+    """One storage tier holding context nodes, measured in FA token equivalents."""
+
+    def __init__(self, tier_id: int, capacity_tokens: int, eviction: EvictionPolicy | None = None) -> None:
+        if capacity_tokens < 0:
+            raise ValueError(f"{TIER_NAMES.get(tier_id, tier_id)} capacity_tokens={capacity_tokens} must be >= 0")
+        self.tier_id = tier_id
+        self.name = TIER_NAMES.get(tier_id, str(tier_id))
+        self.capacity_tokens = capacity_tokens
+        self.used_tokens = 0
+        self.eviction = eviction if eviction is not None else LRUEviction()
+        self._entries: dict[int, tuple[int, int]] = {}  # key -> (tokens, bytes)
+        self._unread: dict[int, int] = {}  # written and not read since (bytes), for writes-never-read
+        self.bytes_written = 0
+        self.bytes_read = 0
+        self.bytes_written_then_read = 0
+        self.evictions = 0
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def free_tokens(self) -> int:
+        return self.capacity_tokens - self.used_tokens
+
+    def size_of(self, key: int) -> tuple[int, int]:
+        return self._entries[key]
+
+    def insert(self, key: int, tokens: int, nbytes: int) -> None:
+        """Make ``key`` resident (caller has made room); counts ``nbytes`` as written."""
+        if key in self._entries:
+            raise KeyError(f"{self.name}: key {key} already resident")
+        if tokens > self.free_tokens:
+            raise ValueError(f"{self.name}: inserting {tokens} tokens exceeds free {self.free_tokens}")
+        self._entries[key] = (tokens, nbytes)
+        self.used_tokens += tokens
+        self.eviction.insert(key)
+        self.bytes_written += nbytes
+        self._unread[key] = nbytes
+
+    def remove(self, key: int, evicted: bool = True) -> None:
+        tokens, _ = self._entries.pop(key)
+        self.used_tokens -= tokens
+        self.eviction.remove(key)
+        self._unread.pop(key, None)
+        if evicted:
+            self.evictions += 1
+
+    def read(self, key: int, nbytes: int) -> None:
+        """A reload read ``nbytes`` of ``key`` from this tier (also refreshes its recency)."""
+        self.bytes_read += nbytes
+        first = self._unread.pop(key, None)
+        if first is not None:
+            self.bytes_written_then_read += first
+        self.eviction.access(key)
+
+    def read_many(self, keys: list[int], nbytes_each: int) -> None:
+        """``read`` for a run of same-sized objects, in order."""
+        unread = self._unread
+        for k in keys:
+            first = unread.pop(k, None)
+            if first is not None:
+                self.bytes_written_then_read += first
+        self.bytes_read += nbytes_each * len(keys)
+        self.eviction.access_many(keys)
+
+    def access(self, key: int) -> None:
+        self.eviction.access(key)
+
+    def access_many(self, keys: list[int]) -> None:
+        self.eviction.access_many(keys)
+
+    def victim(self) -> int:
+        return self.eviction.victim()
+
+    def victims(self) -> Iterator[int]:
+        return self.eviction.victims()
+
+    @property
+    def writes_never_read_frac(self) -> float:
+        if self.bytes_written == 0:
+            return 0.0
+        return 1.0 - self.bytes_written_then_read / self.bytes_written

@@ -1,0 +1,177 @@
+"""``saria-replay``: replay agent traces against Saria policies and print the trade-off.
+
+Every ``--policy`` is replayed on the identical workload (same sessions, same start
+times), so the rows of the table differ only by policy. Ctrl-C prints what finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from sglang_saria.config import (
+    PLANNERS,
+    PROMOTION_MODES,
+    TRANSFER_MODES,
+    AdmissionConfig,
+    BandwidthConfig,
+    CapacityConfig,
+    ConfigError,
+    MetadataConfig,
+    PromotionConfig,
+    SariaConfig,
+    TransferConfig,
+    parse_duration_s,
+    parse_token_count,
+)
+from sglang_saria.model_specs import MODEL_SPECS, get_model_spec
+from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.metrics import format_table
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLICIES = ["none", "full-duplicate", "eviction:E2"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="saria-replay", description=__doc__.splitlines()[0])
+    p.add_argument("--trace", required=True, help="weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]")
+    p.add_argument("--sessions", type=int, default=None, help="first N sessions in dataset order")
+    p.add_argument("--window", default="12h", help="session-start window (12h, 4h, 2h, 40m, ...)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the Gamma(k=1) start gaps")
+    p.add_argument("--policy", action="append", default=None, help=f"admission policy, repeatable (default {' '.join(DEFAULT_POLICIES)})")
+    p.add_argument("--model", default="qwen3-8b", help=f"one of {', '.join(sorted(MODEL_SPECS))}")
+    p.add_argument("--block-tokens", type=int, default=None, help="tokens per block (default 512 FA / 1024 hybrid)")
+    p.add_argument("--checkpoint-tokens", type=int, default=16384, help="GDN checkpoint spacing (hybrid models)")
+    p.add_argument("--dram-tokens", default="1M")
+    p.add_argument("--ssd-tokens", default="10M")
+    p.add_argument("--promotion", choices=PROMOTION_MODES, default="saria")
+    p.add_argument("--promotion-ratio", type=float, default=0.4)
+    p.add_argument("--p-tau", type=float, default=60.0, help="promotion recency threshold, seconds")
+    p.add_argument("--bandwidth", default="48,20,48", help="ingress,gds,dram in GB/s")
+    p.add_argument("--transfer", choices=TRANSFER_MODES, default="coordinated")
+    p.add_argument("--planner", choices=PLANNERS, default="saria",
+                   help="saria | lmcache (LMCache+ tier-prefix lookup) | gds-only (implies --dram-tokens 0)")
+    p.add_argument("--no-prewrite", action="store_true", help="disable prewrite (E+1) of DRAM-tail nodes")
+    p.add_argument("--metadata-window", default="2h", help="metadata reclamation window")
+    p.add_argument("--in-flight", type=int, default=4)
+    p.add_argument("--prefill-tps", type=float, default=6500.0, help="computed prefill tokens per second")
+    p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
+    p.add_argument("--horizon", default="24h", help="truncate the replay at this logical time")
+    p.add_argument("--json", dest="json_path", default=None, help="write config + results JSON here")
+    p.add_argument("--plot", default=None, help="write the write-vs-TTFT figure (PNG) here")
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def _parse_bandwidth(s: str) -> BandwidthConfig:
+    parts = s.split(",")
+    if len(parts) != 3:
+        raise ConfigError(f"--bandwidth={s!r}: expected ingress,gds,dram in GB/s (e.g. 48,20,48)")
+    try:
+        ingress, gds, dram = (float(x) for x in parts)
+    except ValueError:
+        raise ConfigError(f"--bandwidth={s!r}: values must be numbers") from None
+    return BandwidthConfig(ingress, gds, dram)
+
+
+def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
+    spec = get_model_spec(args.model)
+    cfg = SariaConfig(
+        admission=AdmissionConfig(policy=policy, prewrite=not args.no_prewrite),
+        metadata=MetadataConfig(
+            block_tokens=args.block_tokens or spec.default_block_tokens,
+            checkpoint_tokens=args.checkpoint_tokens,
+            metadata_window_s=parse_duration_s(args.metadata_window, "--metadata-window"),
+        ),
+        promotion=PromotionConfig(mode=args.promotion, ratio=args.promotion_ratio, p_tau_s=args.p_tau),
+        bandwidth=_parse_bandwidth(args.bandwidth),
+        transfer=TransferConfig(mode=args.transfer, planner=args.planner),
+        capacity=CapacityConfig(
+            dram_tokens=0 if args.planner == "gds-only" else parse_token_count(args.dram_tokens, "--dram-tokens"),
+            ssd_tokens=parse_token_count(args.ssd_tokens, "--ssd-tokens"),
+        ),
+    )
+    return cfg.validate()
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from sglang_saria.replay.trace import load_trace
+    from sglang_saria.replay.workload import apply_limits, session_starts
+
+    policies = args.policy or DEFAULT_POLICIES
+    spec = get_model_spec(args.model)
+    cfgs = [build_config(args, p) for p in policies]  # validate every policy before replaying any
+    settings = ReplaySettings(
+        window_s=parse_duration_s(args.window, "--window"),
+        seed=args.seed,
+        in_flight=args.in_flight,
+        prefill_tokens_per_s=args.prefill_tps,
+        horizon_s=parse_duration_s(args.horizon, "--horizon"),
+    ).validate()
+    context_limit = parse_token_count(args.context_limit, "--context-limit")
+    block_tokens = cfgs[0].metadata.block_tokens
+    sessions = load_trace(args.trace, block_tokens, max_sessions=args.sessions)
+    sessions = apply_limits(sessions, context_limit_tokens=context_limit)
+    starts = session_starts(sessions, settings.window_s, settings.seed)
+    results = []
+    interrupted = False
+    for policy, cfg in zip(policies, cfgs):
+        res = replay(sessions, starts, cfg, spec, settings, progress=not args.no_progress, label=policy)
+        results.append(res.metrics)
+        if res.interrupted:
+            interrupted = True
+            break
+    base = cfgs[0].to_dict()
+    base.pop("admission")
+    out = {
+        "config": {
+            "trace": args.trace,
+            "sessions": len(sessions),
+            "top_level_sessions": sum(1 for s in sessions if getattr(s, "parent_id", None) is None),
+            "requests": sum(len(s.requests) for s in sessions),
+            "window_s": settings.window_s,
+            "seed": settings.seed,
+            "in_flight": settings.in_flight,
+            "prefill_tokens_per_s": settings.prefill_tokens_per_s,
+            "horizon_s": settings.horizon_s,
+            "context_limit_tokens": context_limit,
+            "model": spec.name,
+            "kv_bytes_per_token": spec.kv_bytes_per_token,
+            "checkpoint_bytes": spec.checkpoint_bytes,
+            "prewrite": not args.no_prewrite,
+            "policies": policies,
+            "interrupted": interrupted,
+            **base,
+        },
+        "results": results,
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        out = run(args)
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+        print(f"saria-replay: error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(out["results"]))
+    if out["config"]["interrupted"]:
+        print("(interrupted: partial results)")
+    if args.json_path:
+        with open(args.json_path, "w") as f:
+            json.dump(out, f, indent=2)
+    if args.plot:
+        from sglang_saria.replay.plot import plot_tradeoff
+
+        plot_tradeoff(out, args.plot)
+    return 130 if out["config"]["interrupted"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

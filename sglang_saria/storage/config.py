@@ -1,0 +1,225 @@
+"""Store configuration parsed from `--hicache-storage-backend-extra-config`.
+
+The extra-config JSON dict is shared with the policy core (admission,
+promotion, ...), so the parser takes only the store's keys and is told which
+other keys are legitimate; anything else is a typo worth failing on at startup.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+ALIGN = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers.
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_TOKENS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*(tok|toks|tokens)\s*$")
+_TOKEN_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def parse_bytes(value: Any, key: str) -> int:
+    """Parse 4096, "64GiB", "500MB" into bytes; the error names the config key."""
+    if isinstance(value, bool):
+        raise ValueError(f"saria store config: {key}={value!r} is not a size")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        if not m or m.group(2).lower() not in _UNITS:
+            raise ValueError(
+                f"saria store config: {key}={value!r} is not a size "
+                f"(use bytes or a unit such as '64GiB', '500MB')"
+            )
+        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    else:
+        raise ValueError(f"saria store config: {key}={value!r} is not a size")
+    if n <= 0:
+        raise ValueError(f"saria store config: {key}={value!r} must be positive")
+    return n
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """Store capacity as bytes or tokens (tokens need bytes-per-token to resolve)."""
+
+    bytes: Optional[int] = None
+    tokens: Optional[int] = None
+
+    @classmethod
+    def parse(cls, value: Any, key: str = "capacity") -> "Capacity":
+        if isinstance(value, str):
+            m = _TOKENS_RE.match(value)
+            if m:
+                return cls(tokens=int(float(m.group(1)) * _TOKEN_MULT[m.group(2).lower()]))
+        if isinstance(value, Mapping):
+            if set(value) != {"tokens"}:
+                raise ValueError(f"saria store config: {key}={dict(value)!r}: expected {{'tokens': N}}")
+            tokens = value["tokens"]
+            if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
+                raise ValueError(f"saria store config: {key}.tokens={tokens!r} must be a positive int")
+            return cls(tokens=tokens)
+        return cls(bytes=parse_bytes(value, key))
+
+    def resolve(self, bytes_per_token: Optional[int]) -> int:
+        if self.bytes is not None:
+            return self.bytes
+        if not bytes_per_token:
+            raise ValueError(
+                f"saria store config: capacity given as {self.tokens} tokens, but the "
+                f"KV bytes per token are unknown here; give capacity in bytes"
+            )
+        return self.tokens * bytes_per_token
+
+
+@dataclass(frozen=True)
+class DriveRating:
+    """Vendor endurance rating; lifetime write budget = capacity * DWPD * 365 * years."""
+
+    capacity_bytes: int
+    dwpd: float
+    years: float
+
+    @property
+    def total_write_budget_bytes(self) -> float:
+        return self.capacity_bytes * self.dwpd * 365.0 * self.years
+
+    @classmethod
+    def parse(cls, value: Any, key: str = "drive_rating") -> "DriveRating":
+        if not isinstance(value, Mapping):
+            raise ValueError(
+                f"saria store config: {key}={value!r} must be an object "
+                f"{{'capacity': '3.84TB', 'dwpd': 1, 'years': 5}}"
+            )
+        allowed = {"capacity", "dwpd", "years"}
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise ValueError(
+                f"saria store config: unknown key {key}.{unknown[0]} (allowed: {sorted(allowed)})"
+            )
+        missing = sorted(allowed - set(value))
+        if missing:
+            raise ValueError(f"saria store config: {key}.{missing[0]} is required")
+        dwpd, years = value["dwpd"], value["years"]
+        for name, v in (("dwpd", dwpd), ("years", years)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise ValueError(f"saria store config: {key}.{name}={v!r} must be a positive number")
+        return cls(parse_bytes(value["capacity"], f"{key}.capacity"), float(dwpd), float(years))
+
+
+DEFAULT_CAPACITY_BYTES = 4 * 2**30
+ENGINES = ("auto", "posix", "kvikio")
+O_DIRECT_MODES = ("auto", "on", "off")
+
+
+@dataclass
+class StoreConfig:
+    """Everything the SSD store needs; one data dir per SSD (objects stripe across all)."""
+
+    data_dirs: list[str]
+    # Per store (per rank in SGLang). The slab is preallocated, so the default is
+    # modest; production deployments set it.
+    capacity: Capacity = field(default_factory=lambda: Capacity(bytes=DEFAULT_CAPACITY_BYTES))
+    engine: str = "auto"
+    read_threads: int = 4
+    write_threads: int = 2
+    # None: chosen by the caller (the HiCache backend uses one KV page per slot).
+    slot_bytes: Optional[int] = None
+    o_direct: str = "auto"
+    drive_rating: Optional[DriveRating] = None
+    # fdatasync slab files before committing index entries: survives power loss,
+    # not only process death.
+    sync_writes: bool = True
+    # Preallocate slab files so a full file system is found at open, not mid-write.
+    preallocate: bool = True
+
+    KEYS = (
+        "data_dirs",
+        "capacity",
+        "engine",
+        "read_threads",
+        "write_threads",
+        "slot_bytes",
+        "o_direct",
+        "drive_rating",
+        "sync_writes",
+        "preallocate",
+    )
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if isinstance(self.data_dirs, str):
+            self.data_dirs = [self.data_dirs]
+        if not isinstance(self.data_dirs, list) or not self.data_dirs:
+            raise ValueError(
+                f"saria store config: data_dirs={self.data_dirs!r} must be a non-empty list of paths"
+            )
+        for d in self.data_dirs:
+            if not isinstance(d, str) or not d:
+                raise ValueError(f"saria store config: data_dirs entry {d!r} is not a path")
+        if len(set(self.data_dirs)) != len(self.data_dirs):
+            raise ValueError(f"saria store config: data_dirs={self.data_dirs!r} has duplicates")
+        if not isinstance(self.capacity, Capacity):
+            self.capacity = Capacity.parse(self.capacity)
+        if self.engine not in ENGINES:
+            raise ValueError(f"saria store config: engine={self.engine!r} not in {ENGINES}")
+        if self.o_direct not in O_DIRECT_MODES:
+            raise ValueError(f"saria store config: o_direct={self.o_direct!r} not in {O_DIRECT_MODES}")
+        for name in ("read_threads", "write_threads"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 256:
+                raise ValueError(f"saria store config: {name}={v!r} must be an int in [1, 256]")
+        if self.slot_bytes is not None:
+            self.slot_bytes = parse_bytes(self.slot_bytes, "slot_bytes")
+        if self.drive_rating is not None and not isinstance(self.drive_rating, DriveRating):
+            self.drive_rating = DriveRating.parse(self.drive_rating)
+        for name in ("sync_writes", "preallocate"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"saria store config: {name}={getattr(self, name)!r} must be true/false")
+
+    @classmethod
+    def from_extra_config(
+        cls,
+        extra: Optional[Mapping[str, Any]],
+        other_known_keys: Iterable[str] = (),
+        defaults: Optional[Mapping[str, Any]] = None,
+    ) -> "StoreConfig":
+        """Take the store keys from the shared extra-config dict.
+
+        `other_known_keys` are keys other components own (policy, SGLang's own
+        such as "backend_name"); any key in neither set is an error naming it.
+        `defaults` fill store keys the user left out (e.g. a default data dir).
+        """
+        extra = dict(extra or {})
+        known = set(cls.KEYS) | set(other_known_keys)
+        unknown = sorted(k for k in extra if k not in known)
+        if unknown:
+            raise ValueError(
+                f"saria: unknown key {unknown[0]!r} in --hicache-storage-backend-extra-config "
+                f"(store keys: {list(cls.KEYS)}; other known keys: {sorted(set(other_known_keys))})"
+            )
+        values = dict(defaults or {})
+        values.update({k: v for k, v in extra.items() if k in cls.KEYS})
+        if "data_dirs" not in values:
+            raise ValueError("saria store config: data_dirs is required")
+        if "capacity" in values:
+            values["capacity"] = Capacity.parse(values["capacity"])
+        return cls(**values)

@@ -1,0 +1,169 @@
+"""Durable object index in SQLite (WAL).
+
+Ordering rule that makes kill -9 safe: an object's data is written (and, with
+`sync_writes`, fdatasync'ed) before its row is committed, so a row always
+points at complete data. Deletes of evicted objects are committed in the same
+or an earlier transaction than the inserts that reuse their slots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+import numpy as np
+
+from sglang_saria.storage.layout import blob_to_slots, slots_to_blob
+
+INDEX_NAME = "saria-index.sqlite"
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Entry:
+    key: str
+    size: int
+    slots: np.ndarray
+    checksums: Tuple[int, ...]  # one per SubIO of the layout's plan
+    seq: int
+    atime: float
+    pins: int = 0  # in-flight reads
+    dead: bool = False  # removed while pinned: slots freed on last unpin
+
+
+@dataclass
+class DeviceCounters:
+    bytes_written: int = 0
+    bytes_read: int = 0
+    since: float = field(default_factory=time.time)
+
+
+class SQLiteIndex:
+    def __init__(self, path: str, sync_writes: bool) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if sync_writes else 'NORMAL'}")
+        self._db.executescript(
+            """
+            CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS objects(
+                key TEXT PRIMARY KEY, size INTEGER NOT NULL, slots BLOB NOT NULL,
+                checksums BLOB NOT NULL, seq INTEGER NOT NULL, atime REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS devices(
+                dir TEXT PRIMARY KEY, bytes_written INTEGER NOT NULL,
+                bytes_read INTEGER NOT NULL, since REAL NOT NULL);
+            """
+        )
+
+    def check_layout(self, data_dirs: Sequence[str], slot_bytes: int) -> None:
+        """Persist the layout on first open; refuse a different one later."""
+        want = {
+            "format_version": str(FORMAT_VERSION),
+            "data_dirs": json.dumps([os.path.abspath(d) for d in data_dirs]),
+            "slot_bytes": str(slot_bytes),
+        }
+        with self._lock:
+            have = dict(self._db.execute("SELECT k, v FROM meta").fetchall())
+            if not have:
+                self._db.execute("BEGIN")
+                self._db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
+                self._db.execute("COMMIT")
+                return
+        for k, v in want.items():
+            if have.get(k) != v:
+                raise ValueError(
+                    f"saria store: index {self.path!r} was created with {k}={have.get(k)}, "
+                    f"now {k}={v}; use the old setting or remove the data dirs to start over"
+                )
+
+    def load(self) -> List[Entry]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key, size, slots, checksums, seq, atime FROM objects ORDER BY atime, seq"
+            ).fetchall()
+        return [
+            Entry(
+                key=k,
+                size=size,
+                slots=blob_to_slots(slots),
+                checksums=tuple(int(c) for c in np.frombuffer(cs, dtype=np.uint64)),
+                seq=seq,
+                atime=atime,
+            )
+            for k, size, slots, cs, seq, atime in rows
+        ]
+
+    def max_seq(self) -> int:
+        with self._lock:
+            (v,) = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM objects").fetchone()
+        return int(v)
+
+    def load_devices(self) -> Dict[str, DeviceCounters]:
+        with self._lock:
+            rows = self._db.execute("SELECT dir, bytes_written, bytes_read, since FROM devices")
+            return {d: DeviceCounters(w, r, s) for d, w, r, s in rows.fetchall()}
+
+    def commit(
+        self,
+        inserts: Sequence[Entry],
+        deletes: Iterable[str],
+        touches: Iterable[Tuple[str, float]],
+        devices: Dict[str, DeviceCounters],
+    ) -> None:
+        """One transaction: deletes first (their slots may be reused by inserts)."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany("DELETE FROM objects WHERE key = ?", [(k,) for k in deletes])
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            e.key,
+                            e.size,
+                            slots_to_blob(e.slots),
+                            np.asarray(e.checksums, dtype=np.uint64).tobytes(),
+                            e.seq,
+                            e.atime,
+                        )
+                        for e in inserts
+                    ],
+                )
+                self._db.executemany(
+                    "UPDATE objects SET atime = ? WHERE key = ?", [(t, k) for k, t in touches]
+                )
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?)",
+                    [(d, c.bytes_written, c.bytes_read, c.since) for d, c in devices.items()],
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def index_path(first_dir: str) -> str:
+    return os.path.join(first_dir, INDEX_NAME)
+
+
+def newest_claims(entries: Sequence[Entry]) -> Tuple[List[Entry], List[Entry]]:
+    """Keep, per slot, only the newest entry claiming it (defence in depth at recovery)."""
+    owner: Dict[int, Entry] = {}
+    for e in sorted(entries, key=lambda e: e.seq):
+        for s in e.slots.tolist():
+            owner[s] = e
+    keep, drop = [], []
+    for e in entries:
+        (keep if all(owner[s] is e for s in e.slots.tolist()) else drop).append(e)
+    return keep, drop

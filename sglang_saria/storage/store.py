@@ -1,0 +1,597 @@
+"""SariaStore: the L3 object store on local SSDs.
+
+Objects (FA KV blocks, GDN checkpoints) are byte strings under string keys,
+kept in fixed-size aligned slots striped over all data dirs. Reads and writes
+run on separate worker pools so reloads never queue behind persistence (paper
+5.1); every call has an async form returning a Future so callers overlap I/O.
+
+Durability: data first, then the index row (group-committed by one committer
+thread), so after kill -9 every object whose put completed is back and nothing
+else is. Each stripe run carries an xxh3 checksum verified on every read: a
+torn or corrupt object is a counted miss and is dropped, never served.
+
+Callers must keep source buffers unchanged until a put's future resolves, and
+must not use a destination buffer unless the get reports HIT.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import queue
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import xxhash
+
+from sglang_saria.storage.allocator import SlotAllocator
+from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_cuda, total_bytes
+from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
+from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
+from sglang_saria.storage.engine import IOEngine, select_engine
+from sglang_saria.storage.index import DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
+from sglang_saria.storage.layout import SlabLayout, SubIO, block_device_name, prepare_dir, prepare_slab
+from sglang_saria.storage.metrics import store_metrics
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SLOT_BYTES = 4 << 20
+MAX_KEY_CHARS = 1024
+_FLUSH_EVERY_S = 1.0
+
+
+class GetStatus(str, Enum):
+    HIT = "hit"
+    MISS = "miss"
+    CORRUPT = "corrupt"  # checksum mismatch: dropped from the store
+    SIZE_MISMATCH = "size_mismatch"  # destination size differs from the object
+    IO_ERROR = "io_error"
+
+    @property
+    def ok(self) -> bool:
+        return self is GetStatus.HIT
+
+
+@dataclass
+class PutResult:
+    key: str
+    ok: bool
+    error: Optional[str] = None  # "ENOSPC: ...", "store full: ...", ...
+    evicted: List[str] = field(default_factory=list)  # keys evicted to make room
+    already_present: bool = False
+
+
+@dataclass
+class StoreStats:
+    objects: int
+    stored_bytes: int
+    used_bytes: int  # whole slots
+    capacity_bytes: int
+    slot_bytes: int
+    engine: str
+    o_direct: List[bool]
+    counts: Dict[str, int]
+    devices: List[DeviceEndurance]
+
+
+class _Op:
+    """Sub-I/Os of one object in flight; the last one to finish completes the object."""
+
+    __slots__ = ("remaining", "lock", "results", "error", "t0")
+
+    def __init__(self, n: int) -> None:
+        self.remaining = n
+        self.lock = threading.Lock()
+        self.results: List[Any] = [None] * n
+        self.error: Optional[BaseException] = None
+        self.t0 = time.perf_counter()
+
+    def done(self, i: int, result: Any = None, error: Optional[BaseException] = None) -> bool:
+        with self.lock:
+            self.results[i] = result
+            if error is not None and self.error is None:
+                self.error = error
+            self.remaining -= 1
+            return self.remaining == 0
+
+
+@dataclass
+class _PendingPut:
+    entry: Entry
+    future: Future
+    evicted: List[str]
+    t0: float
+
+
+def _hash(pieces: Sequence[Segment]) -> int:
+    h = xxhash.xxh3_64()
+    for p in pieces:
+        h.update(p.cpu().numpy() if is_cuda(p) else p)
+    return h.intdigest()
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return f"ENOSPC: {err}"
+    if "disk is full" in str(err):
+        return f"ENOSPC: index: {err}"
+    return f"{type(err).__name__}: {err}"
+
+
+class SariaStore:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        bytes_per_token: Optional[int] = None,
+        default_slot_bytes: int = DEFAULT_SLOT_BYTES,
+        on_evict: Optional[Callable[[List[str]], None]] = None,
+        engine: Optional[IOEngine] = None,
+        name: Optional[str] = None,
+    ) -> None:
+        self.config = config
+        self.name = name or os.path.abspath(config.data_dirs[0])
+        self.on_evict = on_evict
+        dirs = tuple(os.path.abspath(d) for d in config.data_dirs)
+        for d in dirs:
+            prepare_dir(d)
+        slot_bytes = SlabLayout.round_slot_bytes(config.slot_bytes or default_slot_bytes, len(dirs))
+        capacity = config.capacity.resolve(bytes_per_token)
+        if config.capacity.bytes == DEFAULT_CAPACITY_BYTES:
+            logger.info("saria store: capacity %d bytes (the default; set 'capacity' to change)", capacity)
+        self.layout = SlabLayout(dirs, slot_bytes, capacity // slot_bytes)
+        self.capacity_bytes = self.layout.nslots * slot_bytes
+
+        self._index = SQLiteIndex(index_path(dirs[0]), config.sync_writes)
+        self._index.check_layout(dirs, slot_bytes)
+        for j in range(len(dirs)):
+            prepare_slab(self.layout.slab_path(j), self.layout.slab_bytes, config.preallocate)
+        self.engine = engine or select_engine(config.engine)
+        self.engine.open([self.layout.slab_path(j) for j in range(len(dirs))], config.o_direct)
+
+        saved = self._index.load_devices()
+        self._devices = [
+            DeviceAccount(d, block_device_name(d), saved.get(d) or DeviceCounters()) for d in dirs
+        ]
+        self._metrics = store_metrics()
+        self._counts: Dict[str, int] = {}
+        self._counts_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._entries: "OrderedDict[str, Entry]" = OrderedDict()  # LRU order, oldest first
+        self._inflight: Dict[str, Future] = {}
+        self._pending_deletes: List[str] = []
+        self._touched: Dict[str, float] = {}
+        self._recover()
+        self._seq = self._index.max_seq()
+
+        self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix="saria-read")
+        self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix="saria-write")
+        self._commit_q: "queue.Queue[Any]" = queue.Queue()
+        self._closed = False
+        self._committer = threading.Thread(target=self._commit_loop, name="saria-commit", daemon=True)
+        self._committer.start()
+        self._update_gauges()
+        logger.info(
+            "saria store %s: %d dirs, %d slots of %d bytes (%.2f GiB), engine=%s, O_DIRECT=%s, "
+            "%d objects recovered",
+            self.name,
+            len(dirs),
+            self.layout.nslots,
+            slot_bytes,
+            self.capacity_bytes / 2**30,
+            self.engine.name,
+            [self.engine.direct(j) for j in range(len(dirs))],
+            len(self._entries),
+        )
+
+    # ---------------------------------------------------------------- recovery
+    def _recover(self) -> None:
+        loaded = self._index.load()
+        valid, dropped = [], []
+        for e in loaded:
+            in_range = e.slots.size and int(e.slots.max()) < self.layout.nslots
+            if in_range and len(e.checksums) == len(self.layout.plan(e.slots.tolist(), e.size)):
+                valid.append(e)
+            else:
+                dropped.append(e)
+        valid, overlapping = newest_claims(valid)
+        dropped += overlapping
+        if dropped:
+            logger.warning(
+                "saria store %s: dropped %d index entries that no longer fit", self.name, len(dropped)
+            )
+            self._pending_deletes.extend(e.key for e in dropped)
+        for e in valid:  # load() returns LRU order
+            self._entries[e.key] = e
+        self._alloc = SlotAllocator(self.layout.nslots, (s for e in valid for s in e.slots.tolist()))
+
+    # ---------------------------------------------------------------- helpers
+    def _count(self, op: str, result: str, n: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[f"{op}_{result}"] = self._counts.get(f"{op}_{result}", 0) + n
+        self._metrics.ops.labels(self.name, op, result).inc(n)
+
+    @staticmethod
+    def check_key(key: Any) -> None:
+        if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or "\x00" in key:
+            raise ValueError(
+                f"saria store: invalid key {key!r}: keys are non-empty strings of at most "
+                f"{MAX_KEY_CHARS} characters without NUL"
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"saria store {self.name} is closed")
+
+    def _discard(self, e: Entry) -> None:
+        """Free an entry's slots now, or at its last unpin if a read is in flight."""
+        e.dead = True
+        if e.pins == 0:
+            self._alloc.release(e.slots.tolist())
+
+    def _remove(self, e: Entry) -> None:
+        del self._entries[e.key]
+        self._touched.pop(e.key, None)
+        self._pending_deletes.append(e.key)
+        self._discard(e)
+
+    def _notify_evicted(self, keys: List[str]) -> None:
+        if keys and self.on_evict is not None:
+            try:
+                self.on_evict(keys)
+            except Exception:
+                logger.exception("saria store: on_evict callback failed")
+
+    @staticmethod
+    def _done(result: Any) -> Future:
+        f: Future = Future()
+        f.set_result(result)
+        return f
+
+    # ---------------------------------------------------------------- put
+    def put_async(self, key: str, data: Any, overwrite: bool = False) -> "Future[PutResult]":
+        """Write an object; the future resolves once it is durable in the index."""
+        self.check_key(key)
+        segs = as_segments(data, writable=False)
+        size = total_bytes(segs)
+        if size == 0:
+            raise ValueError(f"saria store: object {key!r} is empty")
+        need = self.layout.slots_for(size)
+        evicted: List[str] = []
+        while True:
+            with self._lock:
+                self._check_open()
+                cur = self._entries.get(key)
+                if cur is not None and not overwrite:
+                    self._entries.move_to_end(key)
+                    self._touched[key] = time.time()
+                    result = self._done(PutResult(key, True, already_present=True))
+                    break
+                if key in self._inflight:
+                    result = self._inflight[key]
+                    break
+                while self._alloc.free_slots < need and self._entries:
+                    victim = next(iter(self._entries.values()))
+                    self._remove(victim)
+                    evicted.append(victim.key)
+                if self._alloc.free_slots >= need:
+                    slots = self._alloc.take(need)
+                    self._seq += 1
+                    entry = Entry(key, size, np.asarray(slots, dtype=np.int64), (), self._seq, time.time())
+                    result = Future()
+                    self._inflight[key] = result
+                    break
+                # Backpressure: the rest of the store is in-flight puts; once one commits
+                # it becomes evictable.
+                waiting = next(iter(self._inflight.values()), None) if need <= self.layout.nslots else None
+                if waiting is None:
+                    self._count("put", "full")
+                    reason = (
+                        f"store full: object {key!r} needs {need} slots of {self.layout.slot_bytes} "
+                        f"bytes, {self._alloc.free_slots} free of {self.layout.nslots} "
+                        f"(rest held by in-flight reads)"
+                    )
+                    result = self._done(PutResult(key, False, reason, evicted))
+                    break
+            waiting.result()
+        if evicted:
+            self._count("evict", "lru", len(evicted))
+            self._metrics.evictions.labels(self.name).inc(len(evicted))
+            self._notify_evicted(evicted)
+        if result.done():
+            return result
+        subs = self.layout.plan(slots, size)
+        op = _Op(len(subs))
+        pending = _PendingPut(entry, result, evicted, op.t0)
+        scatter = ScatterList(segs)
+        for i, sub in enumerate(subs):
+            self._writers.submit(self._write_sub, op, i, sub, scatter, pending)
+        return result
+
+    def _write_sub(self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, pending: _PendingPut) -> None:
+        try:
+            pieces = [p for s, e in sub.ranges for p in scatter.slice(s, e)]
+            checksum = _hash(pieces)
+            written = self.engine.write(sub.dir_idx, sub.file_offset, pieces)
+            self._devices[sub.dir_idx].add(written=written)
+            self._metrics.ssd_bytes_written.labels(self._devices[sub.dir_idx].data_dir).inc(written)
+            last = op.done(i, checksum)
+        except BaseException as e:  # noqa: BLE001 - reported to the caller through the future
+            last = op.done(i, error=e)
+        if last:
+            if op.error is None:
+                pending.entry.checksums = tuple(op.results)
+                self._commit_q.put(pending)
+            else:
+                self._fail_puts([pending], op.error)
+
+    def _fail_puts(self, pendings: Sequence[_PendingPut], err: BaseException) -> None:
+        reason = _describe(err)
+        logger.warning("saria store %s: %d put(s) failed: %s", self.name, len(pendings), reason)
+        with self._lock:
+            for p in pendings:
+                self._alloc.release(p.entry.slots.tolist())
+                self._inflight.pop(p.entry.key, None)
+            self._count("put", "enospc" if reason.startswith("ENOSPC") else "error", len(pendings))
+        for p in pendings:
+            p.future.set_result(PutResult(p.entry.key, False, reason, p.evicted))
+
+    def put(self, key: str, data: Any, overwrite: bool = False) -> PutResult:
+        return self.put_async(key, data, overwrite).result()
+
+    def put_batch(
+        self, items: Sequence[Tuple[str, Any]], overwrite: bool = False
+    ) -> List["Future[PutResult]"]:
+        return [self.put_async(k, d, overwrite) for k, d in items]
+
+    # ---------------------------------------------------------------- commit
+    def _commit_loop(self) -> None:
+        stop = False
+        while not stop:
+            try:
+                batch = [self._commit_q.get(timeout=_FLUSH_EVERY_S)]
+            except queue.Empty:
+                batch = []
+            while True:
+                try:
+                    batch.append(self._commit_q.get_nowait())
+                except queue.Empty:
+                    break
+            puts = [b for b in batch if isinstance(b, _PendingPut)]
+            waiters = [b for b in batch if isinstance(b, threading.Event)]
+            stop = any(b is None for b in batch)
+            self._commit(puts)
+            for w in waiters:
+                w.set()
+
+    def _commit(self, puts: List[_PendingPut]) -> None:
+        with self._lock:
+            deletes, self._pending_deletes = self._pending_deletes, []
+            touches, self._touched = self._touched, {}
+        if not (puts or deletes or touches):
+            return
+        try:
+            if puts and self.config.sync_writes:
+                for j in range(len(self.layout.data_dirs)):
+                    self.engine.sync(j)
+            self._index.commit(
+                [p.entry for p in puts],
+                deletes,
+                touches.items(),
+                {d.data_dir: d.snapshot() for d in self._devices},
+            )
+        except BaseException as e:  # noqa: BLE001 - e.g. ENOSPC in the index: reads go on
+            with self._lock:
+                self._pending_deletes = deletes + self._pending_deletes
+            if puts:
+                self._fail_puts(puts, e)
+            else:
+                logger.warning("saria store %s: index update failed: %s", self.name, _describe(e))
+            return
+        with self._lock:
+            for p in puts:
+                old = self._entries.pop(p.entry.key, None)
+                if old is not None:
+                    self._discard(old)
+                self._entries[p.entry.key] = p.entry
+                self._inflight.pop(p.entry.key, None)
+            if puts:
+                self._count("put", "ok", len(puts))
+        now = time.perf_counter()
+        for p in puts:
+            self._metrics.op_seconds.labels(self.name, "put").observe(now - p.t0)
+            p.future.set_result(PutResult(p.entry.key, True, None, p.evicted))
+        self._update_gauges()
+
+    # ---------------------------------------------------------------- get
+    def get_async(self, key: str, dest: Any) -> "Future[GetStatus]":
+        """Read an object straight into `dest` (buffer, tensor, or list of them)."""
+        self.check_key(key)
+        segs = as_segments(dest, writable=True)
+        nbytes = total_bytes(segs)
+        with self._lock:
+            self._check_open()
+            e = self._entries.get(key)
+            if e is None:
+                self._count("get", "miss")
+                return self._done(GetStatus.MISS)
+            if e.size != nbytes:
+                self._count("get", "size_mismatch")
+                logger.warning(
+                    "saria store %s: %r holds %d bytes, destination has %d: not read",
+                    self.name,
+                    key,
+                    e.size,
+                    nbytes,
+                )
+                return self._done(GetStatus.SIZE_MISMATCH)
+            e.pins += 1
+            self._entries.move_to_end(key)
+            self._touched[key] = time.time()
+        subs = self.layout.plan(e.slots.tolist(), e.size)
+        op = _Op(len(subs))
+        fut: Future = Future()
+        scatter = ScatterList(segs)
+        for i, sub in enumerate(subs):
+            self._readers.submit(self._read_sub, op, i, sub, scatter, e, fut)
+        return fut
+
+    def _read_sub(self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, e: Entry, fut: Future) -> None:
+        try:
+            pieces = [p for s, t in sub.ranges for p in scatter.slice(s, t)]
+            got = self.engine.read(sub.dir_idx, sub.file_offset, pieces)
+            self._devices[sub.dir_idx].add(read=got)
+            self._metrics.ssd_bytes_read.labels(self._devices[sub.dir_idx].data_dir).inc(got)
+            ok = i < len(e.checksums) and _hash(pieces) == e.checksums[i]
+            last = op.done(i, ok)
+        except BaseException as err:  # noqa: BLE001 - a failed read is a counted miss
+            last = op.done(i, error=err)
+        if last:
+            self._finish_get(op, e, fut)
+
+    def _finish_get(self, op: _Op, e: Entry, fut: Future) -> None:
+        corrupt = op.error is None and not all(op.results)
+        with self._lock:
+            e.pins -= 1
+            if e.dead and e.pins == 0:
+                self._alloc.release(e.slots.tolist())
+            if corrupt and self._entries.get(e.key) is e:
+                self._remove(e)
+        if op.error is not None:
+            status = GetStatus.IO_ERROR
+            logger.warning("saria store %s: read of %r failed: %s", self.name, e.key, _describe(op.error))
+        elif corrupt:
+            status = GetStatus.CORRUPT
+            logger.warning("saria store %s: %r failed its checksum; dropped", self.name, e.key)
+        else:
+            status = GetStatus.HIT
+            self._metrics.op_seconds.labels(self.name, "get").observe(time.perf_counter() - op.t0)
+        with self._lock:
+            self._count("get", status.value)
+        fut.set_result(status)
+
+    def get(self, key: str, dest: Any) -> GetStatus:
+        return self.get_async(key, dest).result()
+
+    def get_batch(self, keys: Sequence[str], dests: Sequence[Any]) -> List["Future[GetStatus]"]:
+        if len(keys) != len(dests):
+            raise ValueError(f"saria store: {len(keys)} keys but {len(dests)} destinations")
+        return [self.get_async(k, d) for k, d in zip(keys, dests)]
+
+    # ---------------------------------------------------------------- queries, removal
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return key in self._entries
+
+    def prefix_hits(self, keys: Sequence[str]) -> int:
+        """How many leading keys are stored (HiCache's batch_exists contract)."""
+        with self._lock:
+            for i, k in enumerate(keys):
+                if k not in self._entries:
+                    return i
+            return len(keys)
+
+    def size_of(self, key: str) -> Optional[int]:
+        with self._lock:
+            e = self._entries.get(key)
+            return None if e is None else e.size
+
+    def keys(self) -> List[str]:
+        """Stored keys, least recently used first."""
+        with self._lock:
+            return list(self._entries)
+
+    def evict(self, keys: Sequence[str]) -> List[str]:
+        """Remove objects on the caller's decision (policy eviction); returns those removed."""
+        removed = []
+        with self._lock:
+            for k in keys:
+                e = self._entries.get(k)
+                if e is not None:
+                    self._remove(e)
+                    removed.append(k)
+            self._count("evict", "caller", len(removed))
+        return removed
+
+    def delete(self, key: str) -> bool:
+        return bool(self.evict([key]))
+
+    @property
+    def free_bytes(self) -> int:
+        with self._lock:
+            return self._alloc.free_slots * self.layout.slot_bytes
+
+    # ---------------------------------------------------------------- stats
+    def endurance(self) -> List[DeviceEndurance]:
+        return [d.report(self.config.drive_rating) for d in self._devices]
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            objects = len(self._entries)
+            stored = sum(e.size for e in self._entries.values())
+            used = (self.layout.nslots - self._alloc.free_slots) * self.layout.slot_bytes
+        with self._counts_lock:
+            counts = dict(self._counts)
+        self._update_gauges()
+        return StoreStats(
+            objects,
+            stored,
+            used,
+            self.capacity_bytes,
+            self.layout.slot_bytes,
+            self.engine.name,
+            [self.engine.direct(j) for j in range(len(self.layout.data_dirs))],
+            counts,
+            self.endurance(),
+        )
+
+    def _update_gauges(self) -> None:
+        m = self._metrics
+        with self._lock:
+            objects = len(self._entries)
+            used = (self.layout.nslots - self._alloc.free_slots) * self.layout.slot_bytes
+        m.objects.labels(self.name).set(objects)
+        m.used_bytes.labels(self.name).set(used)
+        m.capacity_bytes.labels(self.name).set(self.capacity_bytes)
+        for rep in self.endurance():
+            if rep.projected_lifetime_years is not None:
+                m.ssd_projected_lifetime_years.labels(rep.data_dir).set(rep.projected_lifetime_years)
+                m.ssd_observed_dwpd.labels(rep.data_dir).set(rep.observed_dwpd)
+                m.ssd_write_budget_used.labels(rep.data_dir).set(rep.write_budget_used)
+
+    # ---------------------------------------------------------------- lifecycle
+    def flush(self) -> None:
+        """Wait for in-flight puts and make pending index updates durable."""
+        with self._lock:
+            inflight = list(self._inflight.values())
+        for f in inflight:
+            f.result()
+        done = threading.Event()
+        self._commit_q.put(done)
+        done.wait()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        with self._lock:
+            self._closed = True
+        self._readers.shutdown(wait=True)
+        self._writers.shutdown(wait=True)
+        self._commit_q.put(None)
+        self._committer.join()
+        self.engine.close()
+        self._index.close()
+
+    def __enter__(self) -> "SariaStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,69 @@
+"""Paper 4.5: fluid-model completion times equal hand-computed values."""
+
+import pytest
+
+from sglang_saria.config import BandwidthConfig
+from sglang_saria.mem_cache.coordinator import TransferCoordinator
+
+GB = 1e9
+GiB = 2**30
+
+
+def test_single_request_serial_overlap_coordinated_times():
+    # paper 5.3 setup: 9.28125 GiB per tier, 24 GB/s ingress, 8 GB/s GDS allowance
+    bw = BandwidthConfig(24, 8, 24)
+    d = s = 9.28125 * GiB
+    serial = d / (24 * GB) + s / (8 * GB)
+    assert TransferCoordinator.single_request_time(bw, "serial", d, s) == pytest.approx(serial, rel=1e-12)
+    # uncoordinated: the DRAM burst takes all ingress, so SSD progresses only afterwards
+    assert TransferCoordinator.single_request_time(bw, "overlap", d, s) == pytest.approx(serial, rel=1e-12)
+    # coordinated: DRAM paced to 16 GB/s while GDS reads at 8; DRAM ends at d/16, SSD at s/8
+    assert TransferCoordinator.single_request_time(bw, "coordinated", d, s) == pytest.approx(s / (8 * GB), rel=1e-12)
+
+
+def test_coordinated_residual_ingress_serves_other_requests_dram_parts():
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated")
+    c.submit(0, 16 * GB, 16 * GB, 0.0)  # A: GDS 20, DRAM paced to 28 -> DRAM done at 16/28
+    c.submit(1, 16 * GB, 0, 0.0)  # B: DRAM only, waits for residual ingress
+    done = dict(c.advance(float("inf")))
+    # A's SSD ends at 0.8 s; B got 28 GB/s from 4/7 s to 0.8 s (6.4 GB), then 48 GB/s for 9.6 GB
+    assert done[0] == pytest.approx(0.8, rel=1e-12)
+    assert done[1] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_coordinated_request_goes_to_full_dram_rate_after_its_ssd_part():
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated")
+    c.submit(0, 40 * GB, 10 * GB, 0.0)  # SSD done at 0.5 s (DRAM 28 GB/s -> 14 GB), then 26 GB at 48
+    assert c.advance(float("inf")) == [(0, pytest.approx(0.5 + 26 / 48, rel=1e-12))]
+
+
+def test_arrival_mid_transfer_and_gds_fifo():
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated")
+    c.submit(0, 0, 20 * GB, 0.0)  # 1 s of GDS
+    assert c.submit(1, 0, 10 * GB, 0.5) == []  # queued behind request 0 on the SSD
+    assert c.next_event_time() == pytest.approx(1.0)
+    done = c.advance(10.0)
+    assert done == [(0, pytest.approx(1.0)), (1, pytest.approx(1.5))]
+    assert c.now == 10.0
+
+
+def test_gds_saturating_ingress_leaves_no_pace_for_dram():
+    c = TransferCoordinator(BandwidthConfig(20, 20, 48), "coordinated")
+    c.submit(0, 10 * GB, 10 * GB, 0.0)
+    assert c.allocate() == [(0.0, 20 * GB)]
+    assert c.advance(float("inf")) == [(0, pytest.approx(0.5 + 0.5))]
+
+
+def test_zero_byte_transfer_completes_on_submission():
+    c = TransferCoordinator(BandwidthConfig(), "serial")
+    c.submit(7, 0, 0, 3.0)
+    assert c.advance(3.0) == [(7, 3.0)]
+
+
+def test_bad_mode_and_time_travel_are_errors():
+    with pytest.raises(ValueError, match="transfer mode"):
+        TransferCoordinator(BandwidthConfig(), "parallel")
+    c = TransferCoordinator(BandwidthConfig(), "serial")
+    c.advance(5.0)
+    with pytest.raises(ValueError, match="before the coordinator clock"):
+        c.submit(0, 1, 1, 4.0)
