@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from sglang_saria.launcher import cached_tokens, logprob_trace
+from sglang_saria.storage.hicache_backend import SariaStorage
+from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
 pytestmark = pytest.mark.e2e
 
 # Mamba states are checkpointed every 64 tokens (the GDN chunk size): a prefix is
@@ -33,13 +35,28 @@ LAST_CHECKPOINT_OF_TURN_2 = (len(TURN_2) // TRACK_INTERVAL) * TRACK_INTERVAL
 
 
 def hicache_args(data_dir) -> list[str]:
+    # full-duplicate admission writes every host page to the store, so the tiers test
+    # moves mamba states deterministically; Saria's own admission is tested elsewhere.
+    extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate"}
     return PREFIX_CACHE + [
         "--enable-hierarchical-cache",
         "--hicache-ratio", "2",
         "--hicache-storage-backend", "saria",
         "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)]}),
+        "--hicache-storage-backend-extra-config", json.dumps(extra),
     ]
+
+
+def stored_pools(store_dir) -> set[str]:
+    """Pool names of the objects in the saria store's index: "kv" pages and sidecars."""
+    pools: set[str] = set()
+    for index_file in store_dir.rglob(INDEX_NAME):
+        index = SQLiteIndex(str(index_file), sync_writes=False)
+        try:
+            pools |= {SariaStorage.split_storage_key(entry.key)[1] for entry in index.load()}
+        finally:
+            index.close()
+    return pools
 
 
 @pytest.fixture(scope="module")
@@ -92,14 +109,13 @@ def test_mamba_prefix_reuse_across_device_host_and_storage_is_exact(start_hybrid
                 assert cached_tokens(result) == expected_tiers, what
                 assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
             assert logprob_trace(result) == logprob_trace(cold[tuple(prompt)]), what
-    sidecars = [p.name for p in store_dir.iterdir() if ".mamba" in p.name]
-    assert sidecars, "the saria store holds no mamba sidecar pages"
+    assert stored_pools(store_dir) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
 
 
 def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold, store_dir):
     """A fresh server has no device or host state: a storage hit can only be right if the
     GDN conv/SSM states were written to and read back from the store."""
-    if not any(".mamba" in p.name for p in store_dir.iterdir()):
+    if "mamba" not in stored_pools(store_dir):
         pytest.fail("store has no mamba pages: run together with the tier test that fills it")
     with start_hybrid_server(hicache_args(store_dir)) as server:
         result = server.generate(TURN_2)
