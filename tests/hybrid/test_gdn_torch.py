@@ -286,3 +286,63 @@ def test_torch_gdn_route_only_on_plain_cpu(monkeypatch, platform):
     assert use_torch_gdn.__wrapped__() is True
     monkeypatch.setattr(sglang_utils, platform, lambda: True)
     assert use_torch_gdn.__wrapped__() is False
+
+
+def _sglang_style_gdn_layer(layer, x, conv_pool, ssm_pool, slot, decode: bool):
+    """The Qwen3.5 GDN layer as SGLang runs it on plain CPU (merged projections, the
+    pool-based conv/SSM states, the torch ops), built from transformers' weights."""
+    dims = (layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim)
+    qkvz = x @ torch.cat([layer.in_proj_qkv.weight, layer.in_proj_z.weight]).T
+    ba = x @ torch.cat([layer.in_proj_b.weight, layer.in_proj_a.weight]).T
+    mixed_qkv, z, b, a = gt.split_qkvzba_contiguous(qkvz, ba, dims[0], dims[1], dims[2], dims[3])
+    weight = layer.conv1d.weight.squeeze(1)
+    slots = torch.tensor([slot])
+    tokens = x.shape[0]
+    if decode:
+        mixed_qkv = gt.causal_conv1d_update(mixed_qkv, conv_pool, weight, None, "silu",
+                                            conv_state_indices=slots)
+    else:
+        mixed_qkv = gt.causal_conv1d_fn(mixed_qkv.T, weight, None, conv_pool,
+                                        torch.tensor([0, tokens]), [tokens], slots,
+                                        torch.tensor([False]), activation="silu").T
+    q, k, v = torch.split(mixed_qkv, [layer.key_dim, layer.key_dim, layer.value_dim], dim=-1)
+    q, k = (t.reshape(1, tokens, dims[0], dims[2]) for t in (q, k))
+    v = v.reshape(1, tokens, dims[1], dims[3])
+    if decode:
+        o = gt.fused_sigmoid_gating_delta_rule_update(
+            layer.A_log, a, layer.dt_bias, 1.0, 20.0, q, k, v, b, ssm_pool, slots,
+            cu_seqlens=torch.tensor([0, 1]), use_qk_l2norm_in_kernel=True)
+    else:
+        g, beta = gt.fused_gdn_gating(layer.A_log, a, b, layer.dt_bias)
+        o, _, _ = gt.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=ssm_pool,
+                                            initial_state_indices=slots,
+                                            cu_seqlens=torch.tensor([0, tokens]),
+                                            use_qk_l2norm_in_kernel=True)
+    y = gt.gated_rms_norm(o.reshape(-1, dims[3]), layer.norm.weight, z.reshape(-1, dims[3]),
+                          layer.norm.variance_epsilon, activation="silu")
+    return y.reshape(tokens, -1) @ layer.out_proj.weight.T
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_whole_gdn_layer_prefill_then_decode_matches_transformers(dtype):
+    """transformers' Qwen3_5GatedDeltaNet on the whole sequence vs the SGLang-style layer:
+    prefill of the first 100 tokens, then two decode steps resuming from the pool states
+    (conv and SSM state written by the prefill). Same per-dtype tolerance as the ops: the
+    projections round identically on both sides, the recurrences stay in fp32."""
+    from transformers import AutoConfig
+
+    from sglang_saria.hybrid.tiny_config import hybrid_model_config
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(**hybrid_model_config())
+    layer = ref.Qwen3_5GatedDeltaNet(config, layer_idx=0).to(dtype).eval()
+    x = (torch.randn(102, config.hidden_size) * 0.5).to(dtype)
+    with torch.no_grad():
+        expected = layer(x.unsqueeze(0))[0]
+        conv_pool = torch.zeros(2, layer.conv_dim, config.linear_conv_kernel_dim - 1, dtype=dtype)
+        ssm_pool = torch.zeros(2, layer.num_v_heads, layer.head_v_dim, layer.head_k_dim)
+        got = [_sglang_style_gdn_layer(layer, x[:100], conv_pool, ssm_pool, 1, decode=False)]
+        for t in (100, 101):
+            got.append(_sglang_style_gdn_layer(layer, x[t : t + 1], conv_pool, ssm_pool, 1,
+                                               decode=True))
+    _close(torch.cat(got), expected, dtype, ulps=1)
