@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens
+from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens, saria_metrics
 from sglang_saria.replay import cli as replay_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--data-dir", type=Path, default=None, help="saria store folder (default: a temp dir)")
+    parser.add_argument("--admission", default="eviction:E2", help="admission policy of the server (default eviction:E2)")
     args = parser.parse_args(argv)
 
     replay_args = [
@@ -62,11 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="saria-demo-") as scratch:
         data_dir = args.data_dir or Path(scratch) / "ssd0"
         server_args = [
-            "--page-size", "16", "--max-total-tokens", "640", "--dtype", "bfloat16",
+            "--page-size", "16", "--max-total-tokens", "640", "--dtype", "bfloat16", "--enable-metrics",
             "--enable-hierarchical-cache", "--hicache-ratio", "2",
             "--hicache-storage-backend", "saria",
             "--hicache-storage-prefetch-policy", "wait_complete",
-            "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)]}),
+            "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)], "admission": args.admission, "capacity": "64MiB"}),
         ]
         print(f"starting SGLang on CPU with HiCache + saria store at {data_dir} (about 30 s) ...", flush=True)
         started = time.monotonic()
@@ -84,10 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                 latency = result["meta_info"].get("e2e_latency", float("nan"))
                 print(f"{turn.session:<10} {turn.turn:>4} {len(turn.prompt):>6} {tiers['device']:>6} "
                       f"{tiers['host']:>6} {tiers['storage']:>7} {computed:>8} {latency:>7.3f}s")
-        stored = [p for p in data_dir.rglob("*") if p.is_file()]
+            metrics = saria_metrics(server.metrics())
+        admissions = {k.split("/")[1]: int(v) for k, v in metrics.items() if k.startswith("sglang:saria_ssd_admissions_total/")}
         print(f"\ntokens served from: device {totals['device']}, host {totals['host']}, "
               f"storage {totals['storage']}; recomputed {totals['computed']}")
-        print(f"saria store: {len(stored)} files, {sum(p.stat().st_size for p in stored) / 1024:.0f} KiB in {data_dir}")
+        print(f"saria store ({args.admission}): admissions by event {admissions or 'none'}, "
+              f"SSD written {metrics.get('sglang:saria_ssd_bytes_written_total', 0) / 1024:.0f} KiB, "
+              f"read {metrics.get('sglang:saria_ssd_bytes_read_total', 0) / 1024:.0f} KiB, "
+              f"host reclaims {int(metrics.get('sglang:saria_host_evictions_total', 0))}")
     return 0
 
 

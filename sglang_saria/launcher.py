@@ -170,6 +170,20 @@ class SGLangServer:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
 
 
+def saria_metrics(text: str) -> dict[str, float]:
+    """`sglang:saria_*` samples of a /metrics page, summed over labels except `event`."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line.startswith("sglang:saria_"):
+            continue
+        sample, value = line.rsplit(" ", 1)
+        name = sample.split("{")[0]
+        if 'event="' in sample:
+            name += "/" + sample.split('event="')[1].split('"')[0]
+        values[name] = values.get(name, 0.0) + float(value)
+    return values
+
+
 def cached_tokens(result: dict) -> dict[str, int]:
     """Cached prompt tokens by tier as SGLang reports them: device, host, storage."""
     meta = result["meta_info"]

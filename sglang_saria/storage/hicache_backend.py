@@ -38,8 +38,9 @@ from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "/tmp/saria_hicache"
-# Sections of the policy config (sglang_saria.config.SariaConfig) in the same JSON.
-POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig))
+# Sections of the policy config (sglang_saria.config.SariaConfig) in the same JSON. Its
+# `capacity` (replay tier sizes) is not one: SGLang sizes the pools and `capacity` is the store's.
+POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig)) - {"capacity"}
 # Keys SGLang itself leaves in the extra-config dict (dynamic backend loading).
 SGLANG_EXTRA_KEYS = frozenset({"interface_v1", "backend_name", "module_path", "class_name"})
 _REGISTERED_KEYS: set = set()

@@ -1,0 +1,115 @@
+"""The SGLang admission policy's decisions (paper 4.2), on nodes given as page-hash lists.
+
+The e2e test (tests/e2e/test_admission.py) drives the same policy from a real server; these
+cases pin the event semantics: E counts real reclaims only, write-before-reclaim defers the
+reclaim, R counts a request once, and the reuse path fires when R reaches theta_R.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy, page_key
+
+
+@dataclass
+class Node:
+    """The fields of SGLang's UnifiedTreeNode that the policy reads."""
+
+    id: int
+    hash_value: list[str]
+    parent: "Node | None" = None
+
+
+@dataclass
+class Tree:
+    nodes: dict[int, Node] = field(default_factory=dict)
+
+    def add(self, node_id: int, hashes: list[str], parent: Node | None) -> Node:
+        self.nodes[node_id] = Node(node_id, hashes, parent)
+        return self.nodes[node_id]
+
+    def node_by_id(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+
+def make_policy(name: str, on_ssd: set[str] | None = None) -> SariaHiCachePolicy:
+    config = SariaConfig.from_dict({"admission": {"policy": name}})
+    stored = on_ssd if on_ssd is not None else set()
+    return SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, clock=lambda: 100.0)
+
+
+def counters(policy: SariaHiCachePolicy, page: str) -> tuple[int, int]:
+    node = policy.metadata.get(page_key(page))
+    return node.E, node.R
+
+
+PAGES = ["a" * 64, "b" * 64]
+
+
+def test_full_duplicate_writes_every_node_at_insert():
+    policy = make_policy("full-duplicate")
+    assert policy.on_host_insert(PAGES)
+    assert policy.admission.admitted["insert"] == 1
+
+
+def test_none_never_writes_and_reclaims_at_once():
+    policy = make_policy("none")
+    assert not policy.on_host_insert(PAGES)
+    assert policy.on_host_evict(PAGES)
+    assert counters(policy, PAGES[0]) == (1, 0)
+
+
+def test_block_evicted_twice_is_written_before_its_second_reclaim_under_E2():
+    on_ssd: set[str] = set()
+    policy = make_policy("eviction:E2", on_ssd)
+    assert not policy.on_host_insert(PAGES)
+    assert policy.on_host_evict(PAGES)  # first eviction: E=1, reclaimed, not written
+    assert counters(policy, PAGES[0]) == (1, 0)
+    policy.on_host_insert(PAGES)  # recomputed later: R += 1
+    assert counters(policy, PAGES[0]) == (1, 1)
+    assert not policy.on_host_evict(PAGES)  # would be E=2: write first, reclaim later
+    assert counters(policy, PAGES[0]) == (1, 1), "E counts reclaims, not deferred attempts"
+    on_ssd.update(PAGES)  # the write completed
+    assert policy.on_host_evict(PAGES)
+    assert counters(policy, PAGES[0]) == (2, 1)
+    assert policy.admission.admitted["evict"] == 1
+
+
+def test_request_reuse_counts_once_and_triggers_write_at_theta_R():
+    tree = Tree()
+    root = tree.add(0, [], None)
+    system = tree.add(1, PAGES, root)
+    history = tree.add(2, ["c" * 64], system)
+    policy = make_policy("reuse:R2")
+    policy.on_host_insert(system.hash_value)
+    policy.on_host_insert(history.hash_value)
+    assert policy.on_request_match("req-1", tree, history.id) == []
+    assert policy.on_request_match("req-1", tree, history.id) == [], "a request counts once"
+    assert counters(policy, PAGES[0]) == (0, 1)
+    assert sorted(policy.on_request_match("req-2", tree, history.id)) == [system.id, history.id]
+    assert policy.admission.admitted["reuse"] == 2
+
+
+def test_reuse_write_skips_nodes_already_on_ssd():
+    tree = Tree()
+    node = tree.add(1, PAGES, tree.add(0, [], None))
+    policy = make_policy("reuse:R1", on_ssd=set(PAGES))
+    policy.on_host_insert(PAGES)
+    assert policy.on_request_match("req-1", tree, node.id) == []
+
+
+def test_extra_config_errors_name_the_key_and_value():
+    import pytest
+
+    from sglang_saria.config import ConfigError
+    from sglang_saria.storage.hicache_backend import policy_config_from_extra
+
+    assert policy_config_from_extra({"admission": "eviction:E3"}).admission.policy == "eviction:E3"
+    with pytest.raises(ConfigError, match="E0"):
+        policy_config_from_extra({"admission": "eviction:E0"})
+    with pytest.raises(ConfigError, match="promotion.ratio"):
+        policy_config_from_extra({"promotion": {"ratio": 1.5}})
+    with pytest.raises(ConfigError, match="unknown key admission.'bogus'"):
+        policy_config_from_extra({"admission": {"bogus": 1}})

@@ -1,0 +1,34 @@
+"""Shortened real agent sessions for server tests: WEKA Claude Code traces turned into token ids.
+
+Each 64-token block of a trace becomes one token derived from its chained key, so equal
+prefixes in the trace give equal token prefixes (and the reuse structure survives), while a
+request stays small enough for a CPU server with tiny pools.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sglang_saria.replay.trace import load_trace
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SESSIONS = ("trace_0002", "trace_0003/sub1", "trace_0003/sub2", "trace_0004")
+
+
+def weka_dir() -> Path:
+    shared = Path(os.environ.get("SARIA_SHARED_DIR", REPO_ROOT.parent / "shared"))
+    path = shared / "traces" / "weka-cc"
+    if not path.is_dir():
+        raise FileNotFoundError(f"WEKA traces not found at {path} (set SARIA_SHARED_DIR)")
+    return path
+
+
+def agent_requests(requests_per_session: int = 5, max_tokens: int = 400, vocab: int = 1000) -> list[list[int]]:
+    """Requests of a few WEKA sessions, interleaved round-robin as concurrent agents would be."""
+    sessions = {s.session_id: s for s in load_trace(f"weka:{weka_dir()}", block_tokens=64, max_sessions=4)}
+    streams = []
+    for name in SESSIONS:
+        turns = sessions[name].requests[:requests_per_session]
+        streams.append([[int(k % vocab) + 1 for k in r.block_keys[:max_tokens]] for r in turns])
+    return [stream[i] for i in range(requests_per_session) for stream in streams if i < len(stream)]

@@ -1,0 +1,74 @@
+"""Persistence-aware admission inside SGLang (issue 5): real WEKA agent sessions, shortened,
+through a CPU server with small pools, once with full-duplicate and once with eviction:E2.
+
+Both must return logprobs exactly equal to a cold server (`--disable-radix-cache`), and E2
+must write fewer bytes to the SSD store than full duplicate while still persisting the nodes
+that were evicted from host memory twice (admissions by event, from the /metrics endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_metrics
+
+from .agent_workload import agent_requests
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return agent_requests()
+
+
+@pytest.fixture(scope="module")
+def cold(start_server, requests):
+    with start_server(["--disable-radix-cache"]) as server:
+        return [logprob_trace(server.generate(r)) for r in requests]
+
+
+def serve(start_server, requests, policy: str, data_dir):
+    config = {"data_dirs": [str(data_dir)], "admission": policy, "capacity": "64MiB"}
+    args = [
+        "--enable-metrics", "--enable-hierarchical-cache", "--hicache-ratio", "2",
+        "--hicache-storage-backend", "saria", "--hicache-storage-prefetch-policy", "wait_complete",
+        "--hicache-storage-backend-extra-config", json.dumps(config),
+    ]
+    with start_server(args) as server:
+        results = [server.generate(r) for r in requests]
+        metrics = saria_metrics(server.metrics())
+    return results, metrics
+
+
+@pytest.fixture(scope="module")
+def full_duplicate(start_server, requests, tmp_path_factory):
+    return serve(start_server, requests, "full-duplicate", tmp_path_factory.mktemp("fd"))
+
+
+@pytest.fixture(scope="module")
+def eviction_e2(start_server, requests, tmp_path_factory):
+    return serve(start_server, requests, "eviction:E2", tmp_path_factory.mktemp("e2"))
+
+
+@pytest.mark.parametrize("run", ["full_duplicate", "eviction_e2"])
+def test_cached_runs_return_cold_logprobs_exactly(request, run, cold):
+    results, _ = request.getfixturevalue(run)
+    assert [logprob_trace(r) for r in results] == cold
+
+
+def test_full_duplicate_writes_every_host_node_and_serves_storage_hits(full_duplicate):
+    results, metrics = full_duplicate
+    assert metrics["sglang:saria_ssd_admissions_total/insert"] > 0
+    assert "sglang:saria_ssd_admissions_total/evict" not in metrics
+    assert sum(cached_tokens(r)["storage"] for r in results) > 0
+
+
+def test_eviction_e2_persists_only_twice_evicted_nodes_and_writes_less(full_duplicate, eviction_e2):
+    _, fd = full_duplicate
+    _, e2 = eviction_e2
+    assert "sglang:saria_ssd_admissions_total/insert" not in e2
+    assert e2["sglang:saria_ssd_admissions_total/evict"] > 0
+    assert 0 < e2["sglang:saria_ssd_bytes_written_total"] < fd["sglang:saria_ssd_bytes_written_total"]
