@@ -1,7 +1,7 @@
 # sglang-saria: `make demo` runs the main job on an embedded default, `make test` the tests.
 # Both create .venv/ on first use (scripts/setup.sh) and reuse it afterwards.
 PY := .venv/bin/python
-MODELS := models/qwen3-tiny/config.json
+MODELS := models/qwen3-tiny/config.json models/qwen3.5-tiny-hybrid/config.json
 
 .PHONY: setup models demo test check-patches clean
 
@@ -9,7 +9,7 @@ setup:
 	@bash scripts/setup.sh
 
 $(MODELS): scripts/make_tiny_models.py | setup
-	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny
+	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny qwen3.5-tiny-hybrid
 
 models: setup $(MODELS)
 
