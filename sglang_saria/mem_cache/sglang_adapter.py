@@ -70,6 +70,7 @@ class SariaHiCachePolicy:
         self.clock = clock
         self.stats = EvictionStats()
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
+        self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
         self._metrics = _Metrics.get()
 
     @property
@@ -123,7 +124,12 @@ class SariaHiCachePolicy:
         if not hashes or not self.writes_ssd:
             self._count_eviction(hashes)
             return True
-        if not self.on_ssd(hashes[-1]) and self._admit(hashes, AdmissionEvent.EVICT, extra_evictions=1):
+        last = hashes[-1]
+        if last in self._deferred:
+            # The write had its chance (done, or failed: store full, I/O error); never block the reclaim twice.
+            self._deferred.discard(last)
+        elif not self.on_ssd(last) and self._admit(hashes, AdmissionEvent.EVICT, extra_evictions=1):
+            self._deferred.add(last)
             self.stats.deferred_evictions += 1
             return False
         self._count_eviction(hashes)

@@ -77,6 +77,14 @@ def test_block_evicted_twice_is_written_before_its_second_reclaim_under_E2():
     assert policy.admission.admitted["evict"] == 1
 
 
+def test_failed_write_before_reclaim_does_not_pin_host_memory():
+    policy = make_policy("eviction:E1")  # the store never gets the pages (full, I/O errors)
+    policy.on_host_insert(PAGES)
+    assert not policy.on_host_evict(PAGES)  # write first
+    assert policy.on_host_evict(PAGES), "the write failed: reclaim anyway instead of retrying forever"
+    assert counters(policy, PAGES[0]) == (1, 0)
+
+
 def test_request_reuse_counts_once_and_triggers_write_at_theta_R():
     tree = Tree()
     root = tree.add(0, [], None)
