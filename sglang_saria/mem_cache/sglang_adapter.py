@@ -11,7 +11,9 @@ points of `UnifiedRadixCache`:
   (full-duplicate always does);
 - a host leaf is about to be reclaimed: if it is not on SSD and would qualify with
   this eviction counted (`E + 1`), it is written first and reclaimed on a later pass
-  (write-before-reclaim: the write holds a host lock); otherwise `E += 1` and it goes.
+  (write-before-reclaim: the write holds a host lock); otherwise `E += 1` and it goes;
+- after each write-through, the leaves next in line for host eviction that would
+  qualify at that eviction start writing early (prewrite).
 
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
 that returns after eviction keeps its history. Locations are not copied here: DRAM
@@ -20,10 +22,11 @@ is the tree's `host_value`, SSD is the store's index, so nothing can drift.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from dataclasses import dataclass
 
@@ -118,6 +121,24 @@ class SariaHiCachePolicy:
             return False
         self.metadata.record_use([page_key(h) for h in hashes], self.clock())
         return self._admit(hashes, AdmissionEvent.INSERT)
+
+    def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
+        """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be
+        evicted that would be admitted with this eviction counted (``E + 1``) start writing now,
+        so the write is off the reclaim path."""
+        cfg = self.config.admission
+        if not (cfg.prewrite and self.admission.uses_eviction_count and self.writes_ssd):
+            return []
+        chosen, pages = [], 0
+        for node in heapq.nsmallest(cfg.prewrite_depth_blocks, host_leaves, key=priority):
+            hashes = node.hash_value
+            if pages >= cfg.prewrite_depth_blocks:
+                break
+            pages += len(hashes or ())
+            if hashes and hashes[-1] not in self._deferred and not self.on_ssd(hashes[-1]):
+                if self._admit(hashes, AdmissionEvent.PREWRITE):
+                    chosen.append(node)
+        return chosen
 
     def on_host_evict(self, hashes: Sequence[str]) -> bool:
         """A host leaf is the next to reclaim. True: reclaim now; False: write it first."""

@@ -140,3 +140,27 @@ def test_budget_policy_admits_within_the_drive_rating_only():
             assert policy.on_host_evict(pages)
     admitted = policy.admission.bytes_admitted
     assert 0 < admitted <= 1000 * now[0] + 2 * 512, "writes stay under rate x time (+ one node)"
+
+
+def prewrite_choice(admission: dict) -> tuple[list[int], SariaHiCachePolicy]:
+    """Three host leaves; the one next in line was evicted once already, the last one too."""
+    tree = Tree()
+    root = tree.add(0, [], None)
+    once_evicted, fresh, later = (tree.add(i, [c * 64], root) for i, c in ((1, "d"), (2, "e"), (3, "f")))
+    policy = SariaHiCachePolicy(SariaConfig.from_dict({"admission": admission}), 16, lambda h: False)
+    for node in (once_evicted, fresh, later):
+        policy.on_host_insert(node.hash_value)
+    for node in (once_evicted, later):
+        assert policy.on_host_evict(node.hash_value)  # E = 1
+        policy.on_host_insert(node.hash_value)  # back in host memory
+    order = {1: 0, 2: 1, 3: 2}  # host eviction priority: lowest goes first
+    chosen = policy.prewrite_candidates([later, fresh, once_evicted], lambda n: order[n.id])
+    return [n.id for n in chosen], policy
+
+
+def test_prewrite_starts_writes_for_leaves_next_in_line_that_would_qualify():
+    chosen, policy = prewrite_choice({"policy": "eviction:E2", "prewrite_depth_blocks": 2})
+    assert chosen == [1], "only the once-evicted leaf within the next 2 pages qualifies with E + 1"
+    assert policy.admission.admitted["prewrite"] == 1
+    assert prewrite_choice({"policy": "eviction:E2", "prewrite_depth_blocks": 3})[0] == [1, 3]
+    assert prewrite_choice({"policy": "eviction:E2", "prewrite": False})[0] == []
