@@ -149,7 +149,7 @@ def _doc(changes=()):
             del reqs[i][key]
         else:
             reqs[i][key] = value
-    return {"id": "trace_0001", "block_size": 64, "hash_id_scope": "local", "requests": reqs}
+    return {"id": "trace_0001", "block_size": 64, "requests": reqs}
 
 
 def test_valid_fixture_loads(tmp_path):
