@@ -93,6 +93,11 @@ def _conv_window(
     return out
 
 
+def _check_conv_state(caller: str, state: torch.Tensor, dim: int, state_len: int) -> None:
+    if state.shape[-2:] != (dim, state_len):
+        raise ValueError(f"{caller}: conv state {tuple(state.shape)} does not end in (dim={dim}, width-1={state_len})")
+
+
 def causal_conv1d_fn(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -116,11 +121,7 @@ def causal_conv1d_fn(
     dim, _ = x.shape
     width = weight.shape[-1]
     state_len = width - 1
-    if conv_states.shape[-2:] != (dim, state_len):
-        raise ValueError(
-            f"causal_conv1d_fn: conv_states {tuple(conv_states.shape)} does not end in"
-            f" (dim={dim}, width-1={state_len})"
-        )
+    _check_conv_state("causal_conv1d_fn", conv_states, dim, state_len)
     starts = query_start_loc.tolist()
     out = torch.zeros_like(x)
     for i in range(len(starts) - 1):
@@ -161,11 +162,7 @@ def causal_conv1d_update(
     batch, dim, _ = xs.shape
     width = weight.shape[-1]
     state_len = width - 1
-    if conv_state.shape[-2:] != (dim, state_len):
-        raise ValueError(
-            f"causal_conv1d_update: conv_state {tuple(conv_state.shape)} does not end in"
-            f" (dim={dim}, width-1={state_len})"
-        )
+    _check_conv_state("causal_conv1d_update", conv_state, dim, state_len)
     if conv_state_indices is None:
         slots = torch.arange(batch, device=x.device)
     else:
