@@ -27,8 +27,8 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
@@ -92,6 +92,8 @@ class SariaHiCachePolicy:
         if admit:
             self.admission.on_admitted(event, len(hashes) * self.page_bytes)
             self._metrics.admitted(event.value)
+            logger.debug("saria: write %d pages to SSD at %s (E=%d R=%d)", len(hashes), event.value,
+                         max(n.E for n in nodes), max(n.R for n in nodes))
         return admit
 
     def on_request_match(self, request_id: str, tree_core: Any, node_id: int) -> list[int]:
