@@ -25,7 +25,7 @@ def hicache_args(data_dir) -> list[str]:
         "--hicache-storage-backend", "saria",
         "--hicache-storage-prefetch-policy", "wait_complete",
         "--hicache-storage-backend-extra-config",
-        json.dumps({"data_dirs": [str(data_dir)], "admission": "full-duplicate"}),
+        json.dumps({"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}),
     ]
 
 

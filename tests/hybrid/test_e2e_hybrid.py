@@ -37,7 +37,7 @@ LAST_CHECKPOINT_OF_TURN_2 = (len(TURN_2) // TRACK_INTERVAL) * TRACK_INTERVAL
 def hicache_args(data_dir) -> list[str]:
     # full-duplicate admission writes every host page to the store, so the tiers test
     # moves mamba states deterministically; Saria's own admission is tested elsewhere.
-    extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate"}
+    extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}
     return PREFIX_CACHE + [
         "--enable-hierarchical-cache",
         "--hicache-ratio", "2",
