@@ -171,8 +171,11 @@ def test_store_evictions_reach_listeners_as_page_hashes(extra, tmp_path):
     backend.add_evict_listener(seen.extend)
     keys = [f"{i:04x}" for i in range(6)]
     assert backend.batch_set_v1(keys, pages(pool, 1, 6)) == [True] * 6
-    assert seen == [("0000", "kv"), ("0001", "kv")]
-    assert backend.batch_exists(keys) == 0 and backend.batch_exists(keys[2:]) == 4
+    # Two write threads commit concurrently, so which two pages were least recent is not fixed.
+    assert len(seen) == 2 and all(pool_name == "kv" for _, pool_name in seen)
+    evicted = {key for key, _ in seen}
+    assert evicted < set(keys)
+    assert [backend.exists(k) for k in keys] == [k not in evicted for k in keys]
     assert backend.split_storage_key(backend.storage_key("ab12", "mamba")) == ("ab12", "mamba")
     backend.close()
 
