@@ -141,6 +141,8 @@ class TransferConfig:
 
     mode: str = "coordinated"  # serial | overlap | coordinated
     planner: str = "saria"  # saria | lmcache | gds-only
+    # SGLang: read SSD hits straight into the device KV pool (False: HiCache's prefetch into host memory)
+    direct_reload: bool = True
 
     def validate(self, prefix: str = "transfer") -> None:
         _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")

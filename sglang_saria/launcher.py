@@ -170,16 +170,22 @@ class SGLangServer:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
 
 
+# Labels that split a saria metric into "name/value" entries; other labels are summed over.
+SPLIT_LABELS = ("event", "source", "target", "reason")
+
+
 def saria_metrics(text: str) -> dict[str, float]:
-    """`sglang:saria_*` samples of a /metrics page, summed over labels except `event`."""
+    """`sglang:saria_*` samples of a /metrics page, summed over labels except those in
+    SPLIT_LABELS: `sglang:saria_reload_tokens_total/ssd` is the `source="ssd"` sample."""
     values: dict[str, float] = {}
     for line in text.splitlines():
         if not line.startswith("sglang:saria_"):
             continue
         sample, value = line.rsplit(" ", 1)
         name = sample.split("{")[0]
-        if 'event="' in sample:
-            name += "/" + sample.split('event="')[1].split('"')[0]
+        for label in SPLIT_LABELS:
+            if f'{label}="' in sample:
+                name += "/" + sample.split(f'{label}="')[1].split('"')[0]
         values[name] = values.get(name, 0.0) + float(value)
     return values
 

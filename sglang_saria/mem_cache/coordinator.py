@@ -161,3 +161,65 @@ class TransferCoordinator:
         c.submit(0, dram_bytes, ssd_bytes, 0.0)
         done = c.advance(float("inf"))
         return done[0][1] if done else 0.0
+
+
+class RealTimePacer:
+    """Real-mode driver of the coordinator (SGLang adapter): paces live SSD reads.
+
+    Each reload is submitted with its DRAM and SSD bytes at the wall clock; the fluid
+    model then says how far its SSD part may be by now. After reading ``bytes_done`` of
+    it, :meth:`pace_ssd` sleeps until the model has moved that many bytes at the GDS rate
+    ``allocate()`` gives this reload (with the other reloads' DRAM parts sharing ingress),
+    so reads never run ahead of their allowance. Reads slower than the model never wait.
+    """
+
+    def __init__(
+        self,
+        bw: BandwidthConfig,
+        mode: str = "coordinated",
+        clock=None,
+        sleep=None,
+    ) -> None:
+        import time
+
+        self.coordinator = TransferCoordinator(bw, mode)
+        self.clock = clock or time.monotonic
+        self.sleep = sleep or time.sleep
+        self._t0 = self.clock()
+        self._next_id = 0
+        self._ssd_total: dict[int, float] = {}
+        self.slept_s = 0.0
+
+    def _now(self) -> float:
+        return max(self.clock() - self._t0, self.coordinator.now)
+
+    def begin(self, dram_bytes: float, ssd_bytes: float) -> int:
+        """Submit a reload now; returns its id for :meth:`pace_ssd` and :meth:`end`."""
+        rid = self._next_id
+        self._next_id += 1
+        self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
+        self._ssd_total[rid] = float(ssd_bytes)
+        return rid
+
+    def pace_ssd(self, rid: int, bytes_done: float) -> None:
+        """Block until the model lets reload ``rid`` have read ``bytes_done`` SSD bytes."""
+        while True:
+            self.coordinator.advance(self._now())
+            active = {tr.req_id: i for i, tr in enumerate(self.coordinator.active)}
+            if rid not in active:
+                return  # its SSD part (and DRAM part) are complete in the model
+            tr = self.coordinator.active[active[rid]]
+            ahead = bytes_done - (self._ssd_total[rid] - tr.ssd_left)
+            if ahead <= 1e-6:
+                return
+            _, gds_rate = self.coordinator.allocate()[active[rid]]
+            wait = ahead / gds_rate if gds_rate > 0 else self.coordinator.next_event_time() - self.coordinator.now
+            self.sleep(wait)
+            self.slept_s += wait
+
+    def end(self, rid: int) -> None:
+        """The reload is over (done or abandoned): drop its remaining SSD part."""
+        self._ssd_total.pop(rid, None)
+        for tr in self.coordinator.active:
+            if tr.req_id == rid:
+                tr.ssd_left = 0.0

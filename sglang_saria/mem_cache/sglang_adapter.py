@@ -33,6 +33,7 @@ from typing import Any
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.metadata import ContextMetadata
+from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class SariaHiCachePolicy:
         self.stats = EvictionStats()
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
         self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
-        self._metrics = _Metrics.get()
+        self._metrics = SariaServingMetrics.get()
 
     @property
     def writes_ssd(self) -> bool:
@@ -118,8 +119,12 @@ class SariaHiCachePolicy:
         return to_write
 
     def on_host_insert(self, hashes: Sequence[str]) -> bool:
-        """A node's pages reached host memory; True: write it to storage now."""
-        if not hashes:
+        """A node's pages reached host memory; True: write it to storage now.
+
+        A node already on SSD (an SSD hit promoted to host) was reloaded, not
+        recomputed: nothing to count or write.
+        """
+        if not hashes or self.on_ssd(hashes[-1]):
             return False
         self.metadata.record_use([page_key(h) for h in hashes], self.clock())
         return self._admit(hashes, AdmissionEvent.INSERT)
@@ -178,31 +183,3 @@ def _path_to_root(tree_core: Any, node_id: int) -> list[Any]:
             path.append(node)
         node = node.parent
     return path
-
-
-class _Metrics:
-    """Prometheus counters, created once per process (SGLang may build several caches)."""
-
-    _instance: "_Metrics | None" = None
-
-    def __init__(self) -> None:
-        from prometheus_client import Counter
-
-        self._admitted = Counter(
-            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
-        )
-        self._host_evictions = Counter(
-            "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"
-        )
-
-    @classmethod
-    def get(cls) -> "_Metrics":
-        if cls._instance is None:
-            cls._instance = cls()
-        return cls._instance
-
-    def admitted(self, event: str) -> None:
-        self._admitted.labels(event=event).inc()
-
-    def host_evicted(self) -> None:
-        self._host_evictions.inc()

@@ -29,8 +29,9 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
-from sglang_saria.config import SariaConfig
+from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
+from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.host_pages import HostPageView
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
@@ -77,7 +78,13 @@ def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
     sections = {k: v for k, v in extra.items() if k in POLICY_KEYS}
     if isinstance(sections.get("admission"), str):
         sections["admission"] = {"policy": sections["admission"]}
-    return SariaConfig.from_dict(sections, source="--hicache-storage-backend-extra-config")
+    source = "--hicache-storage-backend-extra-config"
+    config = SariaConfig.from_dict(sections, source=source)
+    if config.transfer.planner == "gds-only":
+        # SGLang's tree keeps host pages as the DRAM prefix of a match; a plan that reads
+        # them from SSD instead would need a second device copy of tree-owned pages.
+        raise ConfigError(f"{source}: transfer.planner='gds-only' is a replay baseline; SGLang serves saria or lmcache")
+    return config
 
 
 class SariaStorage(HiCacheStorage):
@@ -224,6 +231,8 @@ class SariaStorage(HiCacheStorage):
                     view.pool.set_from_flat_data_page(index, scratch)
                 results.append(ok)
         out = [r if isinstance(r, bool) else r.result().ok for r in results]
+        if not write:
+            SariaServingMetrics.get().pages_read("host", sum(out))
         self._log_io(write, sum(out), sum(out) * view.page_bytes, time.perf_counter() - t0)
         return out
 
@@ -263,6 +272,19 @@ class SariaStorage(HiCacheStorage):
         return {
             t.name: self._pages_io(str(t.name), t.keys or [], t.host_indices, write=True) for t in transfers
         }
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one stored KV page (the host pool's page, in its byte order)."""
+        return self._views[PoolName.KV.value].page_bytes
+
+    def read_page_async(self, key: str, dest: Any) -> Any:
+        """Start reading KV page `key` into `dest` (any device); a Future of its GetStatus.
+
+        The direct reload path (`storage/device_reload.py`) reads this way into a staging
+        buffer on the device pool's device, bypassing the host pool.
+        """
+        return self._ensure_store().get_async(self.storage_key(key), dest)
 
     # ---------------------------------------------------------------- existence
     def exists(self, key: str) -> bool:

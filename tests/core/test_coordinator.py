@@ -3,7 +3,7 @@
 import pytest
 
 from sglang_saria.config import BandwidthConfig
-from sglang_saria.mem_cache.coordinator import TransferCoordinator
+from sglang_saria.mem_cache.coordinator import RealTimePacer, TransferCoordinator
 
 GB = 1e9
 GiB = 2**30
@@ -67,3 +67,42 @@ def test_bad_mode_and_time_travel_are_errors():
     c.advance(5.0)
     with pytest.raises(ValueError, match="before the coordinator clock"):
         c.submit(0, 1, 1, 4.0)
+
+
+class FakeClock:
+    """Wall clock for the real-time pacer: reads are instant, only its sleeps advance time."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.slept.append(s)
+        self.t += s
+
+
+@pytest.mark.parametrize("mode, ssd_done_s", [("coordinated", 1.0), ("overlap", 2.0)])
+def test_real_time_pacer_holds_ssd_reads_to_their_gds_allowance(mode, ssd_done_s):
+    clock = FakeClock()
+    pacer = RealTimePacer(BandwidthConfig(10, 4, 10), mode, clock=clock, sleep=clock.sleep)
+    rid = pacer.begin(0, 4 * GB)
+    pacer.begin(10 * GB, 0)  # the next request's DRAM part, copying meanwhile
+    for done in (1 * GB, 2 * GB, 3 * GB, 4 * GB):  # four chunks read instantly
+        pacer.pace_ssd(rid, done)
+    pacer.end(rid)
+    # coordinated: GDS reads at 4 GB/s from the start (the DRAM copy gets the residual 6);
+    # overlap: the DRAM burst takes all 10 GB/s for 1 s, then GDS reads at 4.
+    assert clock.t - 100.0 == pytest.approx(ssd_done_s, rel=1e-9)
+    assert pacer.slept_s == pytest.approx(ssd_done_s, rel=1e-9)
+
+
+def test_real_time_pacer_never_delays_reads_slower_than_the_model():
+    clock = FakeClock()
+    pacer = RealTimePacer(BandwidthConfig(10, 4, 10), "coordinated", clock=clock, sleep=clock.sleep)
+    rid = pacer.begin(0, 4 * GB)
+    clock.t += 2.0  # the reads took 2 s: the model finished them at 1 s
+    pacer.pace_ssd(rid, 4 * GB)
+    assert clock.slept == []

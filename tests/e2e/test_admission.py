@@ -5,6 +5,10 @@ Both must return logprobs exactly equal to a cold server (`--disable-radix-cache
 must write fewer bytes to the SSD store than full duplicate while still persisting the nodes
 evicted from host memory twice, at that eviction or by prewrite just before it (admissions by
 event, from the /metrics endpoint).
+
+SSD hits are read straight into the device KV pool (no store page is read into host
+memory), and the cached tokens SGLang reports per tier add up to what Saria's reload
+plans loaded from DRAM and from SSD.
 """
 
 from __future__ import annotations
@@ -14,8 +18,7 @@ import json
 import pytest
 
 from sglang_saria.launcher import cached_tokens, logprob_trace, saria_metrics
-
-from .agent_workload import agent_requests
+from sglang_saria.replay.agent_prompts import agent_requests
 
 pytestmark = pytest.mark.e2e
 
@@ -74,3 +77,17 @@ def test_eviction_e2_persists_only_twice_evicted_nodes_and_writes_less(full_dupl
     evicted_twice = e2.get("sglang:saria_ssd_admissions_total/evict", 0) + e2.get("sglang:saria_ssd_admissions_total/prewrite", 0)
     assert evicted_twice > 0
     assert 0 < e2["sglang:saria_ssd_bytes_written_total"] < fd["sglang:saria_ssd_bytes_written_total"]
+
+
+@pytest.mark.parametrize("run", ["full_duplicate", "eviction_e2"])
+def test_ssd_hits_reload_into_the_device_pool_as_planned(request, run):
+    results, metrics = request.getfixturevalue(run)
+    reported = {tier: sum(cached_tokens(r)[tier] for r in results) for tier in ("host", "storage")}
+    assert metrics.get("sglang:saria_store_pages_read_total/host", 0) == 0, "a store page was staged in host memory"
+    assert metrics.get("sglang:saria_store_pages_read_total/device", 0) * 16 == reported["storage"]
+    assert metrics.get("sglang:saria_reload_tokens_total/ssd", 0) == reported["storage"]
+    assert metrics.get("sglang:saria_reload_tokens_total/dram", 0) == reported["host"]
+    assert "sglang:saria_reload_fallbacks_total" not in str(metrics)
+    if reported["storage"]:
+        # Lazy partial promotion copies a share of the SSD hits, never all of them.
+        assert 0 < metrics["sglang:saria_promoted_tokens_total"] < reported["storage"]

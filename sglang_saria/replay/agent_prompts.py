@@ -1,4 +1,6 @@
-"""Shortened real agent sessions for server tests: WEKA Claude Code traces turned into token ids.
+"""Shortened real agent sessions for server runs: WEKA Claude Code traces turned into token ids.
+
+Used by the end-to-end tests and `scripts/bench_serving.py` (and its GPU check).
 
 Each 64-token block of a trace becomes one token derived from its chained key, so equal
 prefixes in the trace give equal token prefixes (and the reuse structure survives), while a
@@ -24,9 +26,15 @@ def weka_dir() -> Path:
     return path
 
 
-def agent_requests(requests_per_session: int = 5, max_tokens: int = 400, vocab: int = 1000) -> list[list[int]]:
-    """Requests of a few WEKA sessions, interleaved round-robin as concurrent agents would be."""
-    sessions = {s.session_id: s for s in load_trace(f"weka:{weka_dir()}", block_tokens=64, max_sessions=4)}
+def agent_requests(
+    requests_per_session: int = 5, max_tokens: int = 400, vocab: int = 1000, weka: Path | None = None
+) -> list[list[int]]:
+    """Requests of a few WEKA sessions, interleaved round-robin as concurrent agents would be.
+
+    ``weka``: the weka-cc trace directory (default: ../shared/traces/weka-cc or $SARIA_SHARED_DIR).
+    """
+    path = weka or weka_dir()
+    sessions = {s.session_id: s for s in load_trace(f"weka:{path}", block_tokens=64, max_sessions=4)}
     streams = []
     for name in SESSIONS:
         turns = sessions[name].requests[:requests_per_session]

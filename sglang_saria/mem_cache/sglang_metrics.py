@@ -1,0 +1,70 @@
+"""Prometheus counters of Saria inside SGLang, named like SGLang's own (`sglang:` prefix).
+
+Created once per process (SGLang may build several caches in one process); the store's
+byte and lifetime metrics live next to the store (`sglang_saria/storage/metrics.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class SariaServingMetrics:
+    """Admissions, host evictions, reloads by source, reload fallbacks, promotions."""
+
+    _instance: Optional["SariaServingMetrics"] = None
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter
+
+        self._admitted = Counter(
+            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
+        )
+        self._host_evictions = Counter(
+            "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"
+        )
+        self._reload_tokens = Counter(
+            "sglang:saria_reload_tokens_total",
+            "Prompt tokens reloaded into the device KV pool, by source (dram: host pool, ssd: store direct)",
+            ["source"],
+        )
+        self._reload_fallbacks = Counter(
+            "sglang:saria_reload_fallbacks_total",
+            "Reloads abandoned for recomputation, by reason (store read failure, no device memory, ...)",
+            ["reason"],
+        )
+        self._pages_read = Counter(
+            "sglang:saria_store_pages_read_total",
+            "KV pages read from the store, by target (host: HiCache prefetch staging, device: direct reload)",
+            ["target"],
+        )
+        self._promoted_tokens = Counter(
+            "sglang:saria_promoted_tokens_total", "SSD-hit tokens copied from device to host (lazy partial promotion)"
+        )
+
+    @classmethod
+    def get(cls) -> "SariaServingMetrics":
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def admitted(self, event: str) -> None:
+        self._admitted.labels(event=event).inc()
+
+    def host_evicted(self) -> None:
+        self._host_evictions.inc()
+
+    def reloaded(self, source: str, tokens: int) -> None:
+        if tokens:
+            self._reload_tokens.labels(source=source).inc(tokens)
+
+    def reload_fallback(self, reason: str) -> None:
+        self._reload_fallbacks.labels(reason=reason).inc()
+
+    def promoted(self, tokens: int) -> None:
+        if tokens:
+            self._promoted_tokens.inc(tokens)
+
+    def pages_read(self, target: str, pages: int) -> None:
+        if pages:
+            self._pages_read.labels(target=target).inc(pages)

@@ -1,0 +1,104 @@
+"""Direct SSD -> device-pool reload (storage/device_reload.py): real store files, pages in
+SGLang's host-pool byte order, scattered into a device pool's per-layer K/V buffers by the
+gather. On CPU: POSIX reads and the gather's torch path; on CUDA (scripts/gpu_check.sh):
+kvikio reads into a CUDA staging buffer and the compiled Triton kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sglang_saria.storage.device_reload import DeviceReloader, PageGeometry, UnsupportedPoolLayout
+
+LAYERS, PAGE, HEADS, DIM = 3, 4, 2, 8
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=[
+            pytest.mark.gpu,
+            pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPU: kvikio reads + compiled gather"),
+        ],
+    ),
+]
+
+
+class DevicePool:
+    """The attributes of SGLang's MHATokenToKVPool the reloader reads: per-layer K and V."""
+
+    def __init__(self, slots: int, dtype: torch.dtype, device: str = "cpu") -> None:
+        self.k_buffer = [torch.zeros(slots, HEADS, DIM, dtype=dtype, device=device) for _ in range(LAYERS)]
+        self.v_buffer = [torch.zeros(slots, HEADS, DIM, dtype=dtype, device=device) for _ in range(LAYERS)]
+
+
+def stored_page(kv: torch.Tensor, layout: str) -> torch.Tensor:
+    """One page as HiCache's host pool flattens it: kv is [2, layers, page, heads, dim]."""
+    if layout == "page_first":  # host kv_buffer [2, size, layers, heads, dim]
+        return kv.permute(0, 2, 1, 3, 4).contiguous().flatten()
+    return kv.contiguous().flatten()  # layer_first / page_first_direct: [2, layers, page, ...]
+
+
+def page_bytes(dtype: torch.dtype) -> int:
+    return 2 * LAYERS * PAGE * HEADS * DIM * torch.empty(0, dtype=dtype).element_size()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["page_first", "layer_first", "page_first_direct"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_pages_land_in_their_slots_exactly(make_store, layout, dtype, device):
+    store = make_store(slot_bytes="4KiB")
+    pages = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(dtype) for _ in range(5)]
+    for i, kv in enumerate(pages):
+        assert store.put(f"p{i}", stored_page(kv, layout)).ok
+    pool = DevicePool(64, dtype, device)
+    reloader = DeviceReloader(store.get_async, pool, layout, PAGE, page_bytes(dtype), chunk_pages=2)
+    slots = torch.cat([torch.arange(PAGE) + PAGE * p for p in (9, 2, 14, 5, 11)])
+    progress = []
+    outcome = reloader.load([f"p{i}" for i in range(5)], slots, progress.append)
+    assert outcome.ok and outcome.pages == 5 and outcome.nbytes == 5 * page_bytes(dtype)
+    assert progress == [2 * page_bytes(dtype), 4 * page_bytes(dtype), 5 * page_bytes(dtype)]
+    for n, kv in enumerate(pages):
+        page_slots = slots[n * PAGE : (n + 1) * PAGE]
+        for layer in range(LAYERS):
+            assert torch.equal(pool.k_buffer[layer][page_slots].cpu(), kv[0, layer])
+            assert torch.equal(pool.v_buffer[layer][page_slots].cpu(), kv[1, layer])
+    untouched = torch.ones(64, dtype=torch.bool, device=device)
+    untouched[slots] = False
+    assert all(not buf[untouched].any() for buf in pool.k_buffer + pool.v_buffer)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_failed_read_leaves_the_pool_untouched(make_store, device):
+    store = make_store(slot_bytes="4KiB")
+    kv = torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(torch.bfloat16)
+    assert store.put("p0", stored_page(kv, "page_first")).ok
+    pool = DevicePool(32, torch.bfloat16, device)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.bfloat16))
+    outcome = reloader.load(["p0", "missing"], torch.arange(2 * PAGE))
+    assert not outcome.ok and outcome.reason == "miss"
+    assert all(not buf.any() for buf in pool.k_buffer + pool.v_buffer)
+
+
+def test_slot_count_must_match_the_pages(make_store):
+    pool = DevicePool(32, torch.bfloat16)
+    reloader = DeviceReloader(make_store().get_async, pool, "page_first", PAGE, page_bytes(torch.bfloat16))
+    with pytest.raises(ValueError, match="2 pages need 8 slots, got 7"):
+        reloader.load(["a", "b"], torch.arange(7))
+
+
+def test_unsupported_layouts_are_refused_with_the_reason(make_store):
+    pool = DevicePool(32, torch.bfloat16)
+    read = make_store().get_async
+    with pytest.raises(UnsupportedPoolLayout, match="--hicache-mem-layout page_head"):
+        DeviceReloader(read, pool, "page_head", PAGE, page_bytes(torch.bfloat16))
+    with pytest.raises(UnsupportedPoolLayout, match="a stored page is 100 bytes"):
+        DeviceReloader(read, pool, "page_first", PAGE, 100)
+    with pytest.raises(UnsupportedPoolLayout, match="no per-layer k_buffer"):
+        DeviceReloader(read, object(), "page_first", PAGE, 100)
+
+
+@pytest.mark.parametrize("token_major", [True, False])
+def test_staging_rows_cover_each_page_once(token_major):
+    g = PageGeometry(layers=LAYERS, page_size=PAGE, token_major=token_major)
+    rows = torch.cat([g.staging_rows(3, kv, layer) for kv in (0, 1) for layer in range(LAYERS)])
+    assert sorted(rows.tolist()) == list(range(3 * g.rows_per_page))
