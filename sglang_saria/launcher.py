@@ -171,7 +171,7 @@ class SGLangServer:
 
 
 # Labels that split a saria metric into "name/value" entries; other labels are summed over.
-SPLIT_LABELS = ("event", "source", "target", "reason")
+SPLIT_LABELS = ("event", "source", "target", "reason", "tier")
 
 
 def saria_metrics(text: str) -> dict[str, float]:

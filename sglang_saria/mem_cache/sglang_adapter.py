@@ -129,6 +129,10 @@ class SariaHiCachePolicy:
         self.metadata.record_use([page_key(h) for h in hashes], self.clock())
         return self._admit(hashes, AdmissionEvent.INSERT)
 
+    def on_ssd_reload(self, hashes: Sequence[str]) -> None:
+        """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit."""
+        self.metadata.record_use([page_key(h) for h in hashes], self.clock())
+
     def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
         """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be
         evicted that would be admitted with this eviction counted (``E + 1``) start writing now,

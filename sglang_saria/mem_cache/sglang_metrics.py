@@ -15,7 +15,7 @@ class SariaServingMetrics:
     _instance: Optional["SariaServingMetrics"] = None
 
     def __init__(self) -> None:
-        from prometheus_client import Counter
+        from prometheus_client import Counter, Gauge
 
         self._admitted = Counter(
             "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
@@ -40,6 +40,15 @@ class SariaServingMetrics:
         )
         self._promoted_tokens = Counter(
             "sglang:saria_promoted_tokens_total", "SSD-hit tokens copied from device to host (lazy partial promotion)"
+        )
+
+        self._audits = Counter("sglang:saria_tier_audits_total", "Tier audits of the radix tree (SGLANG_SARIA_AUDIT_TIERS=1)")
+        self._audit_errors = Counter(
+            "sglang:saria_tier_audit_errors_total", "Tree locations or counters that disagree with the pools and store"
+        )
+        self._tree_pages = Gauge(
+            "sglang:saria_tree_pages", "Pages of the radix tree held by each tier, at the last audit", ["tier"],
+            multiprocess_mode="mostrecent",
         )
 
     @classmethod
@@ -68,3 +77,10 @@ class SariaServingMetrics:
     def pages_read(self, target: str, pages: int) -> None:
         if pages:
             self._pages_read.labels(target=target).inc(pages)
+
+    def audited(self, pages_by_tier: dict[str, int], errors: int) -> None:
+        self._audits.inc()
+        if errors:
+            self._audit_errors.inc(errors)
+        for tier, pages in pages_by_tier.items():
+            self._tree_pages.labels(tier=tier).set(pages)

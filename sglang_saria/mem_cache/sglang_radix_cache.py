@@ -24,6 +24,7 @@ adapter's (`sglang_adapter.py`, patch 005) and unchanged.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -48,6 +49,7 @@ from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sglang_adapter import page_key
 from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
+from sglang_saria.mem_cache.tier_audit import audit_tiers
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 from sglang_saria.storage.device_reload import DeviceReloader, UnsupportedPoolLayout
 
@@ -79,6 +81,7 @@ class SariaRadixCache(UnifiedRadixCache):
         self._pacer: Optional[RealTimePacer] = None
         self._promotion: Optional[PromotionController] = None
         self._metrics = SariaServingMetrics.get()
+        self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -243,6 +246,7 @@ class SariaRadixCache(UnifiedRadixCache):
             self.token_to_kv_pool_allocator.free(slots)
             return self._fallback(req, f"store_{outcome.reason}")
         self._metrics.pages_read("device", outcome.pages)
+        self._backend().saria_policy.on_ssd_reload(hit.page_hashes)
 
         host_loaded = 0
         if hit.host_tokens:
@@ -343,8 +347,8 @@ class SariaRadixCache(UnifiedRadixCache):
 
     def _promote(self, node_id: NodeId, tokens: int) -> None:
         """Copy a reloaded node device -> host with HiCache's write-through (async D2H)."""
-        self._execute_and_commit_kv_backup(self.tree_core.build_backup_kv_action(node_id))
-        self._metrics.promoted(tokens)
+        if self._execute_and_commit_kv_backup(self.tree_core.build_backup_kv_action(node_id)):
+            self._metrics.promoted(tokens)
 
     # ------------------------------------------------------------------ lifecycle
     def check_hicache_events(self) -> None:
@@ -353,6 +357,24 @@ class SariaRadixCache(UnifiedRadixCache):
         for node_id, lock_params in locks:
             self.dec_lock_ref(node_id, lock_params)
         super().check_hicache_events()
+        if self._audit and self._direct_enabled():
+            self.audit_tiers()
+
+    def audit_tiers(self) -> None:
+        """Check every node's device/host/SSD locations and counters (tier_audit.py)."""
+        backend = self._backend()
+        host_pool = self.cache_controller.mem_pool_host
+        audit = audit_tiers(
+            self.tree_core.root_node,
+            self.page_size,
+            self.token_to_kv_pool_allocator.get_all_free_pages(),
+            getattr(host_pool, "slot_used", None),
+            backend.exists,
+            backend.saria_policy.metadata,
+        )
+        self._metrics.audited(audit.pages, len(audit.errors))
+        for error in audit.errors:
+            logger.error("saria tier audit: %s", error)
 
     def release_aborted_request(self, request: CacheRequestHandle) -> None:
         self._ssd_hits.pop(request.rid, None)

@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 TOKEN_MAJOR_LAYOUTS = frozenset({"page_first"})
 LAYER_MAJOR_LAYOUTS = frozenset({"layer_first", "page_first_direct"})
 SUPPORTED_LAYOUTS = TOKEN_MAJOR_LAYOUTS | LAYER_MAJOR_LAYOUTS
-DEFAULT_CHUNK_PAGES = 16  # pages read per pacing step
+DEFAULT_CHUNK_PAGES = 16  # pages per read + gather step (and per pacing step)
 
 
 class UnsupportedPoolLayout(ValueError):
@@ -120,8 +120,10 @@ class DeviceReloader:
     ) -> ReloadOutcome:
         """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page).
 
-        Pages are read chunk by chunk (``on_chunk(bytes_so_far)`` paces them); the slots
-        are written only after every read succeeded, so a failure leaves them untouched.
+        Pages move ``chunk_pages`` at a time through one staging buffer of that size (so a
+        long prefix needs no prefix-sized buffer): read, then one gather into the chunk's
+        slots; ``on_chunk(bytes_so_far)`` paces the reads. A failed read stops the load
+        before its chunk is scattered; the slots are fresh, so the caller just frees them.
         """
         n = len(page_hashes)
         g = self.geometry
@@ -129,25 +131,27 @@ class DeviceReloader:
             raise ValueError(f"{n} pages need {n * g.page_size} slots, got {slots.numel()}")
         if n == 0:
             return ReloadOutcome(True)
-        staging = torch.empty((n * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
-        pages = staging.view(n, -1)
-        for start in range(0, n, self.chunk_pages):
-            end = min(n, start + self.chunk_pages)
-            futures = [self.read_page(h, pages[i]) for i, h in zip(range(start, end), page_hashes[start:end])]
+        chunk = min(n, self.chunk_pages)
+        staging = torch.empty((chunk * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
+        pages = staging.view(chunk, -1)
+        slot_rows = slots.to("cpu", torch.int64).view(n, g.page_size)
+        for start in range(0, n, chunk):
+            count = min(chunk, n - start)
+            futures = [self.read_page(page_hashes[start + i], pages[i]) for i in range(count)]
             statuses = [f.result() for f in futures]
             bad = next((s for s in statuses if not s.ok), None)
             if bad is not None:
                 return ReloadOutcome(False, start, start * self.page_bytes, reason=bad.value)
+            dst_rows = slot_rows[start : start + count].reshape(-1)
+            moves = [
+                RowMoves(0, g.staging_rows(count, kv, layer), kv * g.layers + layer, dst_rows)
+                for kv in (0, 1)
+                for layer in range(g.layers)
+            ]
+            gather_mixed(GatherPlan.from_rows([staging], self.destinations, moves), [staging], self.destinations)
+            if self.device.type == "cuda":
+                # The next chunk's reads overwrite the staging buffer.
+                torch.cuda.current_stream(self.device).synchronize()
             if on_chunk is not None:
-                on_chunk(end * self.page_bytes)
-        slot_rows = slots.to("cpu", torch.int64)
-        moves = [
-            RowMoves(0, g.staging_rows(n, kv, layer), kv * g.layers + layer, slot_rows)
-            for kv in (0, 1)
-            for layer in range(g.layers)
-        ]
-        plan = GatherPlan.from_rows([staging], self.destinations, moves)
-        gather_mixed(plan, [staging], self.destinations)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+                on_chunk((start + count) * self.page_bytes)
         return ReloadOutcome(True, n, n * self.page_bytes)

@@ -16,12 +16,13 @@ SMALL_POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfl
 
 @pytest.fixture(scope="session")
 def start_server(tiny_model, tmp_path_factory):
-    """Factory: `with start_server(args) as server:`; the server is always stopped."""
+    """Factory: `with start_server(args, env) as server:`; the server is always stopped."""
 
     @contextmanager
-    def _start(args: list[str]) -> Iterator[SGLangServer]:
+    def _start(args: list[str], env: dict[str, str] | None = None) -> Iterator[SGLangServer]:
         log = tmp_path_factory.mktemp("sglang-log") / "server.log"
-        server = SGLangServer(ServerConfig(tiny_model, args=SMALL_POOLS + list(args), log_path=log))
+        config = ServerConfig(tiny_model, args=SMALL_POOLS + list(args), log_path=log, env=dict(env or {}))
+        server = SGLangServer(config)
         with server:
             yield server
 

@@ -8,7 +8,8 @@ event, from the /metrics endpoint).
 
 SSD hits are read straight into the device KV pool (no store page is read into host
 memory), and the cached tokens SGLang reports per tier add up to what Saria's reload
-plans loaded from DRAM and from SSD.
+plans loaded from DRAM and from SSD. A tier audit walks the tree at every scheduler step
+and finds every node's device, host and SSD location and counters consistent.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def serve(start_server, requests, policy: str, data_dir):
         "--hicache-storage-backend", "saria", "--hicache-storage-prefetch-policy", "wait_complete",
         "--hicache-storage-backend-extra-config", json.dumps(config),
     ]
-    with start_server(args) as server:
+    # Every scheduler step audits the tree's locations against the pools and the store.
+    with start_server(args, env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
         results = [server.generate(r) for r in requests]
         metrics = saria_metrics(server.metrics())
     return results, metrics
@@ -91,3 +93,11 @@ def test_ssd_hits_reload_into_the_device_pool_as_planned(request, run):
     if reported["storage"]:
         # Lazy partial promotion copies a share of the SSD hits, never all of them.
         assert 0 < metrics["sglang:saria_promoted_tokens_total"] < reported["storage"]
+
+
+@pytest.mark.parametrize("run", ["full_duplicate", "eviction_e2"])
+def test_tree_locations_agree_with_pools_and_store_throughout(request, run):
+    _, metrics = request.getfixturevalue(run)
+    assert metrics["sglang:saria_tier_audits_total"] >= len(request.getfixturevalue("requests"))
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
+    assert metrics["sglang:saria_tree_pages/host"] > 0

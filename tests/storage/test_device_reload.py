@@ -68,7 +68,7 @@ def test_pages_land_in_their_slots_exactly(make_store, layout, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_failed_read_leaves_the_pool_untouched(make_store, device):
+def test_failed_read_stops_before_scattering_its_chunk(make_store, device):
     store = make_store(slot_bytes="4KiB")
     kv = torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(torch.bfloat16)
     assert store.put("p0", stored_page(kv, "page_first")).ok
@@ -102,3 +102,13 @@ def test_staging_rows_cover_each_page_once(token_major):
     g = PageGeometry(layers=LAYERS, page_size=PAGE, token_major=token_major)
     rows = torch.cat([g.staging_rows(3, kv, layer) for kv in (0, 1) for layer in range(LAYERS)])
     assert sorted(rows.tolist()) == list(range(3 * g.rows_per_page))
+
+
+def test_failure_in_a_later_chunk_reports_the_pages_already_loaded(make_store):
+    store = make_store(slot_bytes="4KiB")
+    for i in range(2):
+        assert store.put(f"p{i}", stored_page(torch.randn(2, LAYERS, PAGE, HEADS, DIM).half(), "page_first")).ok
+    pool = DevicePool(32, torch.float16)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=2)
+    outcome = reloader.load(["p0", "p1", "gone"], torch.arange(3 * PAGE))
+    assert (outcome.ok, outcome.pages, outcome.reason) == (False, 2, "miss")

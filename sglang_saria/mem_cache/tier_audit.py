@@ -1,0 +1,88 @@
+"""Tier audit of SGLang's radix tree under Saria (paper 4.1, "unified node metadata").
+
+Saria keeps no copy of where a node lives: DRAM is the node's `host_value` (host pool
+slots), the device is its `value` (KV pool slots), SSD is the store's index, and the
+shared counters (R, E, t_reuse) are the core's `ContextMetadata`, keyed by page hash so
+they survive evictions. This audit walks the tree and checks that view against the pools
+and the store, so a reload, promotion or eviction that leaks or double-owns a slot is
+caught where it happens:
+
+- every device page of a node is allocated in the KV pool and owned by one node only;
+- every host slot of a node is allocated in the host pool and owned by one node only;
+- every page of a node held by host memory or SSD has its counters in the metadata.
+
+Enabled with `SGLANG_SARIA_AUDIT_TIERS=1` (each scheduler step; O(tree)), results on the
+metrics endpoint (`sglang:saria_tier_audits_total`, `sglang:saria_tier_audit_errors_total`,
+`sglang:saria_tree_pages{tier}`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from sglang_saria.mem_cache.metadata import ContextMetadata
+from sglang_saria.mem_cache.sglang_adapter import page_key
+
+TIERS = ("device", "host", "ssd")
+FULL = 0  # ComponentType.FULL indexes a node's component_data list
+
+
+@dataclass
+class TierAudit:
+    """Pages of the tree by tier, and every inconsistency found."""
+
+    pages: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TIERS, 0))
+    errors: list[str] = field(default_factory=list)
+
+
+def _nodes(root: Any) -> Iterator[Any]:
+    stack = list(root.children.values())
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(node.children.values())
+
+
+def audit_tiers(
+    root: Any,
+    page_size: int,
+    free_device_pages: torch.Tensor | None,
+    host_slot_used: torch.Tensor | None,
+    on_ssd: Callable[[str], bool],
+    metadata: ContextMetadata,
+) -> TierAudit:
+    """Walk the tree from ``root`` and check every node's locations and counters."""
+    audit = TierAudit()
+    free_pages = set(free_device_pages.tolist()) if free_device_pages is not None else set()
+    device_owner: dict[int, int] = {}
+    host_owner: dict[int, int] = {}
+    for node in _nodes(root):
+        full = node.component_data[FULL]
+        hashes = node.hash_value or []
+        if full.value is not None:
+            for p in (full.value // page_size).unique().tolist():
+                if p in free_pages:
+                    audit.errors.append(f"node {node.id}: device page {p} is in the KV pool's free list")
+                if device_owner.setdefault(p, node.id) != node.id:
+                    audit.errors.append(f"node {node.id}: device page {p} also owned by node {device_owner[p]}")
+            audit.pages["device"] += len(hashes)
+        if full.host_value is not None:
+            slots = full.host_value.to(torch.int64)
+            if host_slot_used is not None and not bool(host_slot_used[slots].all()):
+                audit.errors.append(f"node {node.id}: host slots not allocated in the host pool")
+            for s in slots[::page_size].tolist():
+                if host_owner.setdefault(s, node.id) != node.id:
+                    audit.errors.append(f"node {node.id}: host slot {s} also owned by node {host_owner[s]}")
+            audit.pages["host"] += len(hashes)
+        ssd = [on_ssd(h) for h in hashes]
+        audit.pages["ssd"] += sum(ssd)
+        # A just-computed device page gets its counters when it reaches host memory.
+        kept = [h for h, s in zip(hashes, ssd) if s or full.host_value is not None]
+        missing = [h for h in kept if metadata.get(page_key(h)) is None]
+        if missing:
+            audit.errors.append(f"node {node.id}: {len(missing)} of {len(hashes)} pages have no R/E/t_reuse counters")
+    return audit
