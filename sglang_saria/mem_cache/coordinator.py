@@ -164,13 +164,16 @@ class TransferCoordinator:
 
 
 class RealTimePacer:
-    """Real-mode driver of the coordinator (SGLang adapter): paces live SSD reads.
+    """Real-mode driver of the coordinator (SGLang adapter): paces a live reload.
 
-    Each reload is submitted with its DRAM and SSD bytes at the wall clock; the fluid
-    model then says how far its SSD part may be by now. After reading ``bytes_done`` of
-    it, :meth:`pace_ssd` sleeps until the model has moved that many bytes at the GDS rate
-    ``allocate()`` gives this reload (with the other reloads' DRAM parts sharing ingress),
-    so reads never run ahead of their allowance. Reads slower than the model never wait.
+    Each reload is submitted with its DRAM and SSD bytes at the wall clock. After reading
+    ``bytes_done`` of its SSD part, :meth:`pace_ssd` sleeps until the fluid model has moved
+    that many bytes at the GDS rate ``allocate()`` gives this reload (other reloads' DRAM
+    parts share the ingress), then says how many of its DRAM bytes the model has moved by
+    then: the reloader copies that much of the DRAM part along with the chunk. So
+    ``coordinated`` spreads the DRAM copy over the SSD reads at ``B_ingress - B_gds``,
+    while ``overlap`` and ``serial`` copy it all up front. Reads slower than the model
+    never wait.
     """
 
     def __init__(
@@ -187,7 +190,7 @@ class RealTimePacer:
         self.sleep = sleep or time.sleep
         self._t0 = self.clock()
         self._next_id = 0
-        self._ssd_total: dict[int, float] = {}
+        self._totals: dict[int, tuple[float, float]] = {}  # reload id -> (DRAM bytes, SSD bytes)
         self.slept_s = 0.0
 
     def _now(self) -> float:
@@ -198,28 +201,34 @@ class RealTimePacer:
         rid = self._next_id
         self._next_id += 1
         self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
-        self._ssd_total[rid] = float(ssd_bytes)
+        self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
         return rid
 
-    def pace_ssd(self, rid: int, bytes_done: float) -> None:
-        """Block until the model lets reload ``rid`` have read ``bytes_done`` SSD bytes."""
+    def pace_ssd(self, rid: int, bytes_done: float) -> float:
+        """Block until the model lets reload ``rid`` have read ``bytes_done`` SSD bytes;
+        returns the DRAM bytes of ``rid`` the model has copied by then."""
+        dram_total, ssd_total = self._totals[rid]
         while True:
             self.coordinator.advance(self._now())
             active = {tr.req_id: i for i, tr in enumerate(self.coordinator.active)}
             if rid not in active:
-                return  # its SSD part (and DRAM part) are complete in the model
+                return dram_total  # both parts are complete in the model
             tr = self.coordinator.active[active[rid]]
-            ahead = bytes_done - (self._ssd_total[rid] - tr.ssd_left)
-            if ahead <= 1e-6:
-                return
+            ahead = bytes_done - (ssd_total - tr.ssd_left)
+            if ahead <= 1.0:  # within a byte
+                return dram_total - tr.dram_left
             _, gds_rate = self.coordinator.allocate()[active[rid]]
             wait = ahead / gds_rate if gds_rate > 0 else self.coordinator.next_event_time() - self.coordinator.now
+            if wait < 1e-9:
+                # Below the clock's float resolution: step the model past the event instead.
+                self.coordinator.advance(self.coordinator.now + 1e-9)
+                continue
             self.sleep(wait)
             self.slept_s += wait
 
     def end(self, rid: int) -> None:
-        """The reload is over (done or abandoned): drop its remaining SSD part."""
-        self._ssd_total.pop(rid, None)
+        """The reload is over (done or abandoned): drop what the model has left of it."""
+        self._totals.pop(rid, None)
         for tr in self.coordinator.active:
             if tr.req_id == rid:
-                tr.ssd_left = 0.0
+                tr.ssd_left = tr.dram_left = 0.0

@@ -9,11 +9,12 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
   (DRAM pages from the host pool, SSD pages from the store) reported to the scheduler
   as load-back tokens;
 - load (`init_load_back`): SSD pages are read into fresh device slots through a
-  staging buffer on the pool's device and one gather (`storage/device_reload.py`),
-  paced by the coordinator (`RealTimePacer`); the DRAM part is loaded by HiCache's
-  own host -> device path in the same call; the SSD tail joins the tree as device
-  nodes. A store failure returns nothing loaded, so the scheduler recomputes
-  (counted as a fallback), never serving wrong KV;
+  staging buffer on the pool's device, and each chunk goes with the DRAM pages due by
+  then in one gather from staging + host pool (`storage/device_reload.py`), paced by the
+  coordinator (`RealTimePacer`: coordinated spreads the DRAM copy over the SSD reads);
+  the host nodes get their device values as after HiCache's load-back, the SSD tail
+  joins the tree as device nodes. A store failure returns nothing loaded, so the
+  scheduler recomputes (counted as a fallback), never serving wrong KV;
 - promotion: the share of SSD pages the promotion controller picks (leading pages,
   recency-protected host headroom) is copied device -> host by HiCache's write-through.
 
@@ -82,6 +83,7 @@ class SariaRadixCache(UnifiedRadixCache):
         self._promotion: Optional[PromotionController] = None
         self._metrics = SariaServingMetrics.get()
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
+        self._audited_state: tuple = ()
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -107,6 +109,7 @@ class SariaRadixCache(UnifiedRadixCache):
                 host_pool.layout,
                 self.page_size,
                 backend.page_bytes,
+                host_pool=host_pool,
             )
         except UnsupportedPoolLayout as e:
             logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
@@ -156,14 +159,15 @@ class SariaRadixCache(UnifiedRadixCache):
         start = result.device_prefix_len + result.host_hit_length
         tail = (len(key) - start) // page * page
         anchor = result.best_match_node
-        if tail <= 0 or (result.host_hit_length and anchor != result.last_host_node):
+        # As HiCache's prefetch: probe only when the uncached span is worth a storage trip.
+        if tail < max(self.prefetch_threshold, page) or (result.host_hit_length and anchor != result.last_host_node):
             return None
         last_hash = None if self.is_root(anchor) else self.get_last_hash_value(anchor)
         if last_hash is None and not self.is_root(anchor):
             return None  # an unhashed anchor would seed the chain wrongly: no match possible
         hashes = get_storage_hash_str(key[start : start + tail], last_hash, page_size=page)
         n_ssd = self._backend().batch_exists(hashes)
-        if n_ssd * page < self.prefetch_threshold:
+        if n_ssd == 0:
             return None
         hashes = hashes[:n_ssd]
         host_hashes = self._host_hashes(anchor, result.host_hit_length)
@@ -233,13 +237,30 @@ class SariaRadixCache(UnifiedRadixCache):
         self, req: Any, hit: _SSDHit, params: InitLoadBackParams, ssd_tokens: int
     ) -> tuple[int, NodeId]:
         t0 = time.perf_counter()
-        slots = self._alloc_device(ssd_tokens)
+        if params.mem_quota is not None and hit.host_tokens + ssd_tokens > params.mem_quota:
+            return self._fallback(req, "mem_quota")
+        # The plan's DRAM pages go in the same gathers as its SSD pages when the host pool
+        # allows (its MHA layouts); otherwise HiCache's host -> device copy loads them after.
+        host_xfer = None
+        if hit.host_tokens and self._reloader.moves_host_pages:
+            host_xfer, comp_xfers = self.tree_core.build_load_back_spec(hit.anchor, req=req)
+            if comp_xfers or len(host_xfer.host_indices) != hit.host_tokens:
+                return self._fallback(req, "host_spec")
+        joint_host = hit.host_tokens if host_xfer is not None else 0
+        slots = self._alloc_device(ssd_tokens + joint_host)
         if slots is None:
             return self._fallback(req, "device_memory")
+        ssd_slots, host_dev = slots[:ssd_tokens], slots[ssd_tokens:]
         bytes_per_token = self._reloader.page_bytes // self.page_size
         ticket = self._pacer.begin(hit.host_tokens * bytes_per_token, ssd_tokens * bytes_per_token)
         try:
-            outcome = self._reloader.load(hit.page_hashes, slots, lambda done: self._pacer.pace_ssd(ticket, done))
+            outcome = self._reloader.load(
+                hit.page_hashes,
+                ssd_slots,
+                host_xfer.host_indices if host_xfer is not None else None,
+                host_dev,
+                lambda done: self._pacer.pace_ssd(ticket, done),
+            )
         finally:
             self._pacer.end(ticket)
         if not outcome.ok:
@@ -248,8 +269,12 @@ class SariaRadixCache(UnifiedRadixCache):
         self._metrics.pages_read("device", outcome.pages)
         self._backend().saria_policy.on_ssd_reload(hit.page_hashes)
 
-        host_loaded = 0
-        if hit.host_tokens:
+        if host_xfer is not None:
+            # The copy is done: commit the host nodes' device values as HiCache's ack would.
+            self._apply_cache_actions(self.tree_core.commit_load_back(hit.anchor, host_dev, host_xfer, {}))
+            self.tree_core.finish_load_back(hit.anchor)
+            host_loaded = hit.host_tokens
+        elif hit.host_tokens:
             loaded = super().init_load_back(
                 InitLoadBackParams(hit.anchor, hit.host_tokens, params.mem_quota, req)
             )
@@ -257,8 +282,10 @@ class SariaRadixCache(UnifiedRadixCache):
             if host_loaded < hit.host_tokens:
                 self.token_to_kv_pool_allocator.free(slots)
                 return self._fallback(req, "host_load")
+        else:
+            host_loaded = 0
 
-        last_node = self._insert_tail(req, hit, slots)
+        last_node = self._insert_tail(req, hit, ssd_slots)
         # The request's own insert after prefill must not count these nodes again either.
         req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, hit.start + ssd_tokens)
         self._reload_locks.append((last_node, self.inc_lock_ref(last_node).to_dec_params()))
@@ -269,13 +296,14 @@ class SariaRadixCache(UnifiedRadixCache):
         self._metrics.reloaded("dram", host_loaded)
         self._metrics.reloaded("ssd", ssd_tokens)
         logger.debug(
-            "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks) in %.2f ms",
+            "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks, %s) in %.2f ms",
             req.rid,
             hit.start - hit.host_tokens,
             host_loaded,
             ssd_tokens,
             hit.plan.dram_blocks,
             hit.plan.ssd_blocks,
+            "dram by HiCache's copy" if hit.host_tokens and host_xfer is None else "one gather plan",
             (time.perf_counter() - t0) * 1e3,
         )
         return host_loaded + ssd_tokens, last_node
@@ -358,7 +386,15 @@ class SariaRadixCache(UnifiedRadixCache):
             self.dec_lock_ref(node_id, lock_params)
         super().check_hicache_events()
         if self._audit and self._direct_enabled():
-            self.audit_tiers()
+            # Audit when the pools changed since the last audit (the scheduler polls idle too).
+            state = (
+                self.token_to_kv_pool_allocator.available_size(),
+                self.cache_controller.mem_pool_host.available_size(),
+                self._backend().store.stats().objects,
+            )
+            if state != self._audited_state:
+                self._audited_state = state
+                self.audit_tiers()
 
     def audit_tiers(self) -> None:
         """Check every node's device/host/SSD locations and counters (tier_audit.py)."""

@@ -1,16 +1,21 @@
-"""Direct SSD -> device-pool reload (paper 4.3, 5.1): no host-pool staging.
+"""Direct SSD -> device-pool reload (paper 4.3, 4.5, 5.1): no host-pool staging.
 
-SSD hits of a request are read into a staging buffer on the KV pool's own device
-(kvikio/GDS when the pool is on a GPU, POSIX reads on CPU), then ONE mixed-source
-gather (`sglang_saria.hybrid.gather`, the Triton kernel on GPU) scatters every
-layer's K and V rows into the request's pool slots. The host pool is never touched,
-so an SSD hit costs no DRAM capacity and no second copy.
+A reload plan has DRAM pages (in SGLang's host pool) and SSD pages (in the store). SSD
+pages are read into a staging buffer on the KV pool's own device (kvikio/GDS when the pool
+is on a GPU, POSIX reads on CPU); then ONE mixed-source gather
+(`sglang_saria.hybrid.gather`, the Triton kernel on GPU, reading pinned host memory over
+UVA) moves the staged rows and the plan's host-pool rows into the request's device slots.
+SSD pages never pass through the host pool, so an SSD hit costs no DRAM capacity and no
+second copy. The pages move in chunks; a pacer says how much of the DRAM part goes with
+each chunk, so a coordinated reload spreads DRAM copies over the SSD reads (paper 4.5).
 
 A stored page has the byte order of SGLang's host pool page (`get_data_page(flat=True)`),
 since HiCache's host->storage backup wrote it: `page_first` is token-major
 `[K|V][token][layer]`, `layer_first` and `page_first_direct` are layer-major
 `[K|V][layer][token]`; each innermost row is one token of one layer
 (`head_num * head_dim` elements), the row width of the device pool's `k_buffer[l]`.
+Host-pool rows are token rows (`page_first`, `layer_first`) or whole pages
+(`page_first_direct`, which keeps a page's tokens of one layer together).
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ class ReloadOutcome:
 
 
 class DeviceReloader:
-    """Reads stored KV pages straight into device-pool slots."""
+    """Moves a reload plan's SSD pages (store) and DRAM pages (host pool) into device slots."""
 
     def __init__(
         self,
@@ -78,9 +83,14 @@ class DeviceReloader:
         host_layout: str,
         page_size: int,
         page_bytes: int,
+        host_pool: Any = None,
         chunk_pages: int = DEFAULT_CHUNK_PAGES,
     ) -> None:
-        """``read_page(page_hash, dest)`` starts one store read and returns a Future of its status."""
+        """``read_page(page_hash, dest)`` starts one store read and returns a Future of its status.
+
+        ``host_pool``: SGLang's MHA host pool, to move DRAM pages in the same gathers
+        (None, or a pool of another kind: DRAM pages are left to HiCache's own copy).
+        """
         k_bufs = getattr(device_pool, "k_buffer", None)
         v_bufs = getattr(device_pool, "v_buffer", None)
         if not isinstance(k_bufs, list) or not isinstance(v_bufs, list) or not k_bufs:
@@ -101,7 +111,6 @@ class DeviceReloader:
         self.row_shape = next(iter(shapes))
         self.dtype = k_bufs[0].dtype
         self.device = k_bufs[0].device
-        self.destinations = k_bufs + v_bufs
         row_bytes = k_bufs[0][0].numel() * k_bufs[0].element_size()
         if self.geometry.rows_per_page * row_bytes != page_bytes:
             raise UnsupportedPoolLayout(
@@ -111,47 +120,103 @@ class DeviceReloader:
         self.page_bytes = page_bytes
         self.read_page = read_page
         self.chunk_pages = chunk_pages
+        # Destinations: token rows of every layer's K then V; page rows too for page_first_direct.
+        self.destinations = k_bufs + v_bufs
+        self._host_sources, self._host_page_rows = self._host_views(host_pool, host_layout, page_size)
+        if self._host_page_rows:
+            self.destinations = self.destinations + [
+                t.view(-1, page_size, *self.row_shape) for t in k_bufs + v_bufs
+            ]
+
+    def _host_views(self, host_pool: Any, layout: str, page: int) -> tuple[list[torch.Tensor], bool]:
+        """Per-(kv, layer) row views of the host pool's KV buffer, and whether rows are pages."""
+        buf = getattr(host_pool, "kv_buffer", None)
+        layers = self.geometry.layers
+        if not isinstance(buf, torch.Tensor) or buf.dtype != self.dtype:
+            return [], False
+        if layout == "page_first" and buf.shape[2:] == (layers, *self.row_shape):
+            return [buf[kv][:, l] for kv in (0, 1) for l in range(layers)], False
+        if layout == "layer_first" and buf.shape[1] == layers and buf.shape[3:] == self.row_shape:
+            return [buf[kv, l] for kv in (0, 1) for l in range(layers)], False
+        if layout == "page_first_direct" and buf.shape[2:] == (layers, page, *self.row_shape):
+            if all(t.shape[0] % page == 0 for t in self.destinations):
+                return [buf[kv][:, l] for kv in (0, 1) for l in range(layers)], True
+        return [], False
+
+    @property
+    def moves_host_pages(self) -> bool:
+        """DRAM pages of a plan can go in the same gathers as its SSD pages."""
+        return bool(self._host_sources)
+
+    def _host_moves(self, host_slots: torch.Tensor, device_slots: torch.Tensor) -> list[RowMoves]:
+        g = self.geometry
+        if self._host_page_rows:
+            src, dst, dst_base = host_slots[:: g.page_size] // g.page_size, device_slots[:: g.page_size] // g.page_size, 2 * g.layers
+        else:
+            src, dst, dst_base = host_slots, device_slots, 0
+        return [RowMoves(1 + i, src, dst_base + i, dst) for i in range(2 * g.layers)]
 
     def load(
         self,
         page_hashes: Sequence[str],
         slots: torch.Tensor,
-        on_chunk: Optional[Callable[[int], None]] = None,
+        host_slots: Optional[torch.Tensor] = None,
+        host_device_slots: Optional[torch.Tensor] = None,
+        pace: Optional[Callable[[int], float]] = None,
     ) -> ReloadOutcome:
-        """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page).
+        """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page) and copy
+        host-pool slots ``host_slots`` to ``host_device_slots``, in one plan.
 
         Pages move ``chunk_pages`` at a time through one staging buffer of that size (so a
-        long prefix needs no prefix-sized buffer): read, then one gather into the chunk's
-        slots; ``on_chunk(bytes_so_far)`` paces the reads. A failed read stops the load
-        before its chunk is scattered; the slots are fresh, so the caller just frees them.
+        long prefix needs no prefix-sized buffer): read, then one gather of the chunk plus
+        the DRAM pages due by then: ``pace(ssd_bytes_so_far)`` (it may sleep) returns the
+        DRAM bytes due; without it the whole DRAM part goes with the first chunk. A failed
+        read stops the load before its chunk is scattered; the slots are fresh, so the
+        caller just frees them. ``pages`` in the outcome counts SSD pages.
         """
         n = len(page_hashes)
         g = self.geometry
         if slots.numel() != n * g.page_size:
             raise ValueError(f"{n} pages need {n * g.page_size} slots, got {slots.numel()}")
-        if n == 0:
-            return ReloadOutcome(True)
-        chunk = min(n, self.chunk_pages)
+        host_slots = torch.zeros(0, dtype=torch.int64) if host_slots is None else host_slots.to("cpu", torch.int64)
+        host_dst = torch.zeros(0, dtype=torch.int64) if host_device_slots is None else host_device_slots.to("cpu", torch.int64)
+        if host_slots.numel() != host_dst.numel() or host_slots.numel() % g.page_size:
+            raise ValueError(f"{host_slots.numel()} host slots vs {host_dst.numel()} device slots (whole pages)")
+        if host_slots.numel() and not self.moves_host_pages:
+            raise ValueError("this reloader has no host-pool views: DRAM pages need HiCache's copy")
+        host_pages, host_done = host_slots.numel() // g.page_size, 0
+        chunk = max(1, min(n, self.chunk_pages))
         staging = torch.empty((chunk * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
         pages = staging.view(chunk, -1)
+        sources = [staging, *self._host_sources]
         slot_rows = slots.to("cpu", torch.int64).view(n, g.page_size)
-        for start in range(0, n, chunk):
+        for start in range(0, max(n, 1), chunk):
             count = min(chunk, n - start)
             futures = [self.read_page(page_hashes[start + i], pages[i]) for i in range(count)]
-            statuses = [f.result() for f in futures]
-            bad = next((s for s in statuses if not s.ok), None)
+            bad = next((st for st in (f.result() for f in futures) if not st.ok), None)
             if bad is not None:
                 return ReloadOutcome(False, start, start * self.page_bytes, reason=bad.value)
-            dst_rows = slot_rows[start : start + count].reshape(-1)
-            moves = [
-                RowMoves(0, g.staging_rows(count, kv, layer), kv * g.layers + layer, dst_rows)
-                for kv in (0, 1)
-                for layer in range(g.layers)
-            ]
-            gather_mixed(GatherPlan.from_rows([staging], self.destinations, moves), [staging], self.destinations)
+            done_bytes = (start + count) * self.page_bytes
+            due = host_pages
+            if pace is not None and start + count < n:
+                due = min(host_pages, int(pace(done_bytes) // self.page_bytes))
+            elif pace is not None:
+                pace(done_bytes)
+            moves = []
+            if count:
+                dst_rows = slot_rows[start : start + count].reshape(-1)
+                moves += [
+                    RowMoves(0, g.staging_rows(count, kv, layer), kv * g.layers + layer, dst_rows)
+                    for kv in (0, 1)
+                    for layer in range(g.layers)
+                ]
+            if due > host_done:
+                span = slice(host_done * g.page_size, due * g.page_size)
+                moves += self._host_moves(host_slots[span], host_dst[span])
+                host_done = due
+            if moves:
+                gather_mixed(GatherPlan.from_rows(sources, self.destinations, moves), sources, self.destinations)
             if self.device.type == "cuda":
                 # The next chunk's reads overwrite the staging buffer.
                 torch.cuda.current_stream(self.device).synchronize()
-            if on_chunk is not None:
-                on_chunk((start + count) * self.page_bytes)
         return ReloadOutcome(True, n, n * self.page_bytes)

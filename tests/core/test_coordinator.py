@@ -106,3 +106,14 @@ def test_real_time_pacer_never_delays_reads_slower_than_the_model():
     clock.t += 2.0  # the reads took 2 s: the model finished them at 1 s
     pacer.pace_ssd(rid, 4 * GB)
     assert clock.slept == []
+
+
+@pytest.mark.parametrize("mode, dram_due", [("coordinated", [1.5, 3.0, 4.5, 6.0]), ("overlap", [6.0] * 4)])
+def test_real_time_pacer_spreads_the_dram_part_over_the_ssd_reads_when_coordinated(mode, dram_due):
+    clock = FakeClock()
+    pacer = RealTimePacer(BandwidthConfig(10, 4, 10), mode, clock=clock, sleep=clock.sleep)
+    rid = pacer.begin(6 * GB, 4 * GB)
+    # coordinated: GDS 4 GB/s, DRAM paced to the residual 6 GB/s -> 1.5 GB per 1 GB SSD chunk;
+    # overlap: DRAM takes the link first, all of it is due with the first chunk.
+    due = [pacer.pace_ssd(rid, done * GB) / GB for done in (1, 2, 3, 4)]
+    assert due == pytest.approx(dram_due, rel=1e-9)

@@ -5,7 +5,9 @@ cold run (`--disable-radix-cache`); equal greedy tokens alone prove little on a 
 SSD hits go straight into the device KV pool (direct reload, the default); with
 `"transfer": {"direct_reload": false}` they take HiCache's prefetch through host memory.
 The metrics tell the two apart (store pages read into the device vs into the host pool).
-A store whose pages fail their checksum makes the reload fall back to recomputation."""
+A store whose pages fail their checksum makes the reload fall back to recomputation.
+Lazy partial promotion keeps a share of an SSD reload in host memory, and a later reload
+of that prefix takes the promoted share from DRAM and the rest from SSD in one plan."""
 
 from __future__ import annotations
 
@@ -24,8 +26,8 @@ OTHER_SESSIONS = [[(k * 300 + j) % 1000 + 5 for j in range(300)] for k in range(
 PROMPTS = [SYSTEM_AND_TOOLS, TURN_2, *OTHER_SESSIONS]
 
 
-def hicache_args(data_dir, direct_reload: bool = True) -> list[str]:
-    config = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}
+def hicache_args(data_dir, direct_reload: bool = True, **extra) -> list[str]:
+    config = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB", **extra}
     if not direct_reload:
         config["transfer"] = {"direct_reload": False}
     return [
@@ -105,3 +107,29 @@ def test_corrupt_store_pages_fall_back_to_recomputation(start_server, cold_logpr
     assert cached_tokens(result) == {"device": 0, "host": 0, "storage": 0}
     assert logprob_trace(result) == cold_logprobs[tuple(TURN_2)]
     assert metrics["sglang:saria_reload_fallbacks_total/store_corrupt"] == 1
+
+
+def test_promoted_share_comes_back_from_dram_with_the_rest_from_ssd_in_one_plan(
+    start_server, cold_logprobs, tmp_path
+):
+    steps = [
+        ("the session's second turn is computed", TURN_2, {"device": 0, "host": 0, "storage": 0}),
+        *[("other sessions push it out of device and host memory", p, None) for p in OTHER_SESSIONS[:3]],
+        # r_eff = min(0.4, 1 - 20/48): 8 of the 18 pages reloaded from SSD are copied to host.
+        ("its prefix reloads from SSD into the device pool", SYSTEM_AND_TOOLS, {"device": 0, "host": 0, "storage": 288}),
+        *[("more sessions push it out of the device", p, None) for p in OTHER_SESSIONS[3:5]],
+        ("promoted pages from DRAM, the rest from SSD", TURN_2, {"device": 0, "host": 128, "storage": 192}),
+    ]
+    # A low prefetch threshold lets the 202-token tail behind the DRAM pages go to the store.
+    with start_server(hicache_args(tmp_path, prefetch_threshold=16), env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
+        for what, prompt, expected_tiers in steps:
+            result = server.generate(prompt)
+            if expected_tiers is not None:
+                assert cached_tokens(result) == expected_tiers, what
+            assert logprob_trace(result) == cold_logprobs[tuple(prompt)], what
+        metrics = saria_metrics(server.metrics())
+    assert metrics["sglang:saria_promoted_tokens_total"] == 128
+    assert metrics["sglang:saria_reload_tokens_total/dram"] == 128
+    assert metrics["sglang:saria_reload_tokens_total/ssd"] == 288 + 192
+    assert metrics["sglang:saria_tier_audits_total"] > 0
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0

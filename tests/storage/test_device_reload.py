@@ -54,7 +54,7 @@ def test_pages_land_in_their_slots_exactly(make_store, layout, dtype, device):
     reloader = DeviceReloader(store.get_async, pool, layout, PAGE, page_bytes(dtype), chunk_pages=2)
     slots = torch.cat([torch.arange(PAGE) + PAGE * p for p in (9, 2, 14, 5, 11)])
     progress = []
-    outcome = reloader.load([f"p{i}" for i in range(5)], slots, progress.append)
+    outcome = reloader.load([f"p{i}" for i in range(5)], slots, pace=lambda done: progress.append(done) or 0)
     assert outcome.ok and outcome.pages == 5 and outcome.nbytes == 5 * page_bytes(dtype)
     assert progress == [2 * page_bytes(dtype), 4 * page_bytes(dtype), 5 * page_bytes(dtype)]
     for n, kv in enumerate(pages):
@@ -112,3 +112,69 @@ def test_failure_in_a_later_chunk_reports_the_pages_already_loaded(make_store):
     reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=2)
     outcome = reloader.load(["p0", "p1", "gone"], torch.arange(3 * PAGE))
     assert (outcome.ok, outcome.pages, outcome.reason) == (False, 2, "miss")
+
+
+class HostPool:
+    """SGLang's MHATokenToKVPoolHost as the reloader sees it: one kv_buffer in its layout."""
+
+    def __init__(self, pages: int, layout: str, dtype: torch.dtype, device: str = "cpu") -> None:
+        dims = {
+            "page_first": (2, pages * PAGE, LAYERS, HEADS, DIM),
+            "layer_first": (2, LAYERS, pages * PAGE, HEADS, DIM),
+            "page_first_direct": (2, pages, LAYERS, PAGE, HEADS, DIM),
+        }[layout]
+        self.layout = layout
+        self.kv_buffer = torch.randn(dims).to(dtype)
+        if device == "cuda":
+            self.kv_buffer = self.kv_buffer.pin_memory()
+
+    def page(self, host_page: int) -> torch.Tensor:
+        """Host page as [2, layers, page, heads, dim]."""
+        b, p = self.kv_buffer, host_page
+        if self.layout == "page_first":
+            return b[:, p * PAGE : (p + 1) * PAGE].permute(0, 2, 1, 3, 4)
+        if self.layout == "layer_first":
+            return b[:, :, p * PAGE : (p + 1) * PAGE]
+        return b[:, p]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["page_first", "layer_first", "page_first_direct"])
+def test_dram_and_ssd_pages_of_one_plan_move_in_the_same_gathers(make_store, layout, device):
+    dtype = torch.bfloat16
+    store = make_store(slot_bytes="4KiB")
+    ssd = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(dtype) for _ in range(4)]
+    for i, kv in enumerate(ssd):
+        assert store.put(f"s{i}", stored_page(kv, layout)).ok
+    host = HostPool(8, layout, dtype, device)
+    pool = DevicePool(64, dtype, device)
+    reloader = DeviceReloader(store.get_async, pool, layout, PAGE, page_bytes(dtype), host_pool=host, chunk_pages=1)
+    assert reloader.moves_host_pages
+    host_pages, host_dst_pages, ssd_dst_pages = [6, 1, 3], [10, 4, 7], [2, 12, 9, 5]
+    tokens = lambda ps: torch.cat([torch.arange(PAGE) + PAGE * p for p in ps])  # noqa: E731
+    due = []
+
+    def pace(done: int) -> float:  # a coordinated pacer: one DRAM page per SSD page read
+        due.append(done // page_bytes(dtype))
+        return done
+
+    outcome = reloader.load([f"s{i}" for i in range(4)], tokens(ssd_dst_pages), tokens(host_pages), tokens(host_dst_pages), pace)
+    assert outcome.ok and outcome.pages == 4
+    assert due == [1, 2, 3, 4]
+    expected = [(d, ssd[i]) for i, d in enumerate(ssd_dst_pages)] + [
+        (d, host.page(h)) for h, d in zip(host_pages, host_dst_pages)
+    ]
+    for dst_page, kv in expected:
+        for layer in range(LAYERS):
+            rows = slice(dst_page * PAGE, (dst_page + 1) * PAGE)
+            assert torch.equal(pool.k_buffer[layer][rows].cpu(), kv[0, layer])
+            assert torch.equal(pool.v_buffer[layer][rows].cpu(), kv[1, layer])
+
+
+def test_host_pool_of_another_kind_leaves_dram_pages_to_hicache(make_store):
+    pool = DevicePool(32, torch.bfloat16)
+    other = HostPool(4, "page_first", torch.float16)  # dtype differs from the device pool
+    reloader = DeviceReloader(make_store().get_async, pool, "page_first", PAGE, page_bytes(torch.bfloat16), host_pool=other)
+    assert not reloader.moves_host_pages
+    with pytest.raises(ValueError, match="DRAM pages need HiCache's copy"):
+        reloader.load([], torch.arange(0), torch.arange(PAGE), torch.arange(PAGE))
