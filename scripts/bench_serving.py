@@ -21,7 +21,6 @@ exactly equal to the cold server's. Runs on CPU (`--device cpu`, default) or GPU
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from sglang_saria.launcher import (  # noqa: E402
     ServerConfig,
     cached_tokens,
     logprob_trace,
+    saria_hicache_args,
     saria_metrics,
 )
 from sglang_saria.replay.agent_prompts import agent_requests  # noqa: E402
@@ -84,14 +84,7 @@ def saria_args(admission: str, reload: str, data_dir: Path) -> list[str]:
     extra = {"data_dirs": [str(data_dir)], "admission": admission, "capacity": "64MiB"}
     if reload == "staged":
         extra["transfer"] = {"direct_reload": False}
-    return [
-        "--enable-metrics",
-        "--enable-hierarchical-cache",
-        "--hicache-ratio", "2",
-        "--hicache-storage-backend", "saria",
-        "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps(extra),
-    ]
+    return saria_hicache_args(extra)
 
 
 def median_ms(xs: list[float]) -> float:

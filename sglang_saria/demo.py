@@ -10,14 +10,13 @@ the shared prefix out of the device and host tiers so later turns reload it from
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens, saria_metrics
+from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens, saria_hicache_args, saria_metrics
 from sglang_saria.replay import cli as replay_cli
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -63,11 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="saria-demo-") as scratch:
         data_dir = args.data_dir or Path(scratch) / "ssd0"
         server_args = [
-            "--page-size", "16", "--max-total-tokens", "640", "--dtype", "bfloat16", "--enable-metrics",
-            "--enable-hierarchical-cache", "--hicache-ratio", "2",
-            "--hicache-storage-backend", "saria",
-            "--hicache-storage-prefetch-policy", "wait_complete",
-            "--hicache-storage-backend-extra-config", json.dumps({"data_dirs": [str(data_dir)], "admission": args.admission, "capacity": "64MiB"}),
+            "--page-size", "16", "--max-total-tokens", "640", "--dtype", "bfloat16",
+            *saria_hicache_args({"data_dirs": [str(data_dir)], "admission": args.admission, "capacity": "64MiB"}),
         ]
         print(f"starting SGLang on CPU with HiCache + saria store at {data_dir} (about 30 s) ...", flush=True)
         started = time.monotonic()
@@ -93,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
               f"SSD written {metrics.get('sglang:saria_ssd_bytes_written_total', 0) / 1024:.0f} KiB, "
               f"read {metrics.get('sglang:saria_ssd_bytes_read_total', 0) / 1024:.0f} KiB, "
               f"host reclaims {int(metrics.get('sglang:saria_host_evictions_total', 0))}")
+        print(f"reloads: {int(metrics.get('sglang:saria_reload_tokens_total/ssd', 0))} tokens SSD -> device "
+              f"directly ({int(metrics.get('sglang:saria_store_pages_read_total/host', 0))} store pages staged "
+              f"in host memory), {int(metrics.get('sglang:saria_reload_tokens_total/dram', 0))} tokens from DRAM, "
+              f"{int(metrics.get('sglang:saria_promoted_tokens_total', 0))} SSD-hit tokens promoted to DRAM")
     return 0
 
 

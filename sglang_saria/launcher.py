@@ -31,6 +31,20 @@ CPU_FLAGS = (
 )
 
 
+def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
+    """Flags serving HiCache with the saria store and metrics; ``extra_config`` is the
+    extra-config JSON (store keys, policy sections). Storage prefetch (the host-staged
+    path) waits for completion, so storage hits are taken deterministically."""
+    return [
+        "--enable-metrics",
+        "--enable-hierarchical-cache",
+        "--hicache-ratio", str(hicache_ratio),
+        "--hicache-storage-backend", "saria",
+        "--hicache-storage-prefetch-policy", "wait_complete",
+        "--hicache-storage-backend-extra-config", json.dumps(extra_config),
+    ]
+
+
 class ServerError(RuntimeError):
     """The server could not be started or answered with an error."""
 

@@ -121,6 +121,10 @@ def test_extra_config_errors_name_the_key_and_value():
         policy_config_from_extra({"promotion": {"ratio": 1.5}})
     with pytest.raises(ConfigError, match="unknown key admission.'bogus'"):
         policy_config_from_extra({"admission": {"bogus": 1}})
+    with pytest.raises(ConfigError, match="transfer.planner='gds-only' is a replay baseline"):
+        policy_config_from_extra({"transfer": {"planner": "gds-only"}})
+    with pytest.raises(ConfigError, match="transfer.direct_reload='yes': expected true/false"):
+        policy_config_from_extra({"transfer": {"direct_reload": "yes"}})
 
 
 def test_budget_policy_admits_within_the_drive_rating_only():

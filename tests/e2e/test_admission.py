@@ -14,11 +14,9 @@ and finds every node's device, host and SSD location and counters consistent.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from sglang_saria.launcher import cached_tokens, logprob_trace, saria_metrics
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args, saria_metrics
 from sglang_saria.replay.agent_prompts import agent_requests
 
 pytestmark = pytest.mark.e2e
@@ -36,12 +34,7 @@ def cold(start_server, requests):
 
 
 def serve(start_server, requests, policy: str, data_dir):
-    config = {"data_dirs": [str(data_dir)], "admission": policy, "capacity": "64MiB"}
-    args = [
-        "--enable-metrics", "--enable-hierarchical-cache", "--hicache-ratio", "2",
-        "--hicache-storage-backend", "saria", "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps(config),
-    ]
+    args = saria_hicache_args({"data_dirs": [str(data_dir)], "admission": policy, "capacity": "64MiB"})
     # Every scheduler step audits the tree's locations against the pools and the store.
     with start_server(args, env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
         results = [server.generate(r) for r in requests]

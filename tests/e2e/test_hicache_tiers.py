@@ -11,11 +11,9 @@ of that prefix takes the promoted share from DRAM and the rest from SSD in one p
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from sglang_saria.launcher import cached_tokens, logprob_trace, saria_metrics
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args, saria_metrics
 from sglang_saria.storage.layout import SLAB_NAME
 
 pytestmark = pytest.mark.e2e
@@ -30,14 +28,7 @@ def hicache_args(data_dir, direct_reload: bool = True, **extra) -> list[str]:
     config = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB", **extra}
     if not direct_reload:
         config["transfer"] = {"direct_reload": False}
-    return [
-        "--enable-metrics",
-        "--enable-hierarchical-cache",
-        "--hicache-ratio", "2",
-        "--hicache-storage-backend", "saria",
-        "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps(config),
-    ]
+    return saria_hicache_args(config)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,14 @@ import socket
 
 import pytest
 
-from sglang_saria.launcher import SGLangServer, ServerConfig, ServerError, cached_tokens, logprob_trace
+from sglang_saria.launcher import (
+    SGLangServer,
+    ServerConfig,
+    ServerError,
+    cached_tokens,
+    logprob_trace,
+    saria_hicache_args,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -38,3 +45,17 @@ def test_port_in_use_is_named(tiny_model):
         port = busy.getsockname()[1]
         with pytest.raises(ServerError, match=f"port {port}"):
             SGLangServer(ServerConfig(tiny_model, port=port)).start()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"promotion": {"ratio": 1.5}}, r"promotion.ratio=1.5: must be in \[0, 1\]"),
+        ({"data_dirs": []}, r"data_dirs=\[\] must be a non-empty list of paths"),
+    ],
+    ids=["ratio-outside-0-1", "no-data-dir"],
+)
+def test_bad_saria_extra_config_stops_the_server_naming_it(tiny_model, extra, message):
+    config = ServerConfig(tiny_model, args=saria_hicache_args(extra), startup_timeout_s=120)
+    with pytest.raises(ServerError, match=message):
+        SGLangServer(config).start()

@@ -6,12 +6,11 @@ populated store. Every cached run must return logprobs exactly equal to a cold r
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
 
-from sglang_saria.launcher import cached_tokens, logprob_trace
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args
 from sglang_saria.storage.hicache_backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
 pytestmark = pytest.mark.e2e
@@ -38,13 +37,7 @@ def hicache_args(data_dir) -> list[str]:
     # full-duplicate admission writes every host page to the store, so the tiers test
     # moves mamba states deterministically; Saria's own admission is tested elsewhere.
     extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}
-    return PREFIX_CACHE + [
-        "--enable-hierarchical-cache",
-        "--hicache-ratio", "2",
-        "--hicache-storage-backend", "saria",
-        "--hicache-storage-prefetch-policy", "wait_complete",
-        "--hicache-storage-backend-extra-config", json.dumps(extra),
-    ]
+    return PREFIX_CACHE + saria_hicache_args(extra)
 
 
 def stored_pools(store_dir) -> set[str]:
