@@ -159,8 +159,10 @@ class SariaRadixCache(UnifiedRadixCache):
         start = result.device_prefix_len + result.host_hit_length
         tail = (len(key) - start) // page * page
         anchor = result.best_match_node
-        # As HiCache's prefetch: probe only when the uncached span is worth a storage trip.
-        if tail < max(self.prefetch_threshold, page) or (result.host_hit_length and anchor != result.last_host_node):
+        # Any page past the DRAM part is worth a read: unlike HiCache's asynchronous prefetch
+        # (gated by prefetch_threshold), a direct read is one in-memory index probe and the
+        # SSD pages join the same plan as the DRAM pages before them.
+        if tail < page or (result.host_hit_length and anchor != result.last_host_node):
             return None
         last_hash = None if self.is_root(anchor) else self.get_last_hash_value(anchor)
         if last_hash is None and not self.is_root(anchor):

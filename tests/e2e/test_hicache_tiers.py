@@ -24,8 +24,8 @@ OTHER_SESSIONS = [[(k * 300 + j) % 1000 + 5 for j in range(300)] for k in range(
 PROMPTS = [SYSTEM_AND_TOOLS, TURN_2, *OTHER_SESSIONS]
 
 
-def hicache_args(data_dir, direct_reload: bool = True, **extra) -> list[str]:
-    config = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB", **extra}
+def hicache_args(data_dir, direct_reload: bool = True) -> list[str]:
+    config = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}
     if not direct_reload:
         config["transfer"] = {"direct_reload": False}
     return saria_hicache_args(config)
@@ -111,8 +111,7 @@ def test_promoted_share_comes_back_from_dram_with_the_rest_from_ssd_in_one_plan(
         *[("more sessions push it out of the device", p, None) for p in OTHER_SESSIONS[3:5]],
         ("promoted pages from DRAM, the rest from SSD", TURN_2, {"device": 0, "host": 128, "storage": 192}),
     ]
-    # A low prefetch threshold lets the 202-token tail behind the DRAM pages go to the store.
-    with start_server(hicache_args(tmp_path, prefetch_threshold=16), env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
+    with start_server(hicache_args(tmp_path), env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
         for what, prompt, expected_tiers in steps:
             result = server.generate(prompt)
             if expected_tiers is not None:
