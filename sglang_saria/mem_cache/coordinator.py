@@ -201,7 +201,8 @@ class RealTimePacer:
         rid = self._next_id
         self._next_id += 1
         self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
-        self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
+        if ssd_bytes:  # a DRAM-only reload is only modelled: nothing to pace or end
+            self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
         return rid
 
     def pace_ssd(self, rid: int, bytes_done: float) -> float:

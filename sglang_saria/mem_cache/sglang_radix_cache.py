@@ -221,8 +221,11 @@ class SariaRadixCache(UnifiedRadixCache):
         hit = self._ssd_hits.pop(req.rid, None) if req is not None else None
         if hit is None:
             loaded = super().init_load_back(params)
-            if loaded is not None and self._direct:
+            if loaded is not None and loaded[0] and self._direct:
                 self._metrics.reloaded("dram", loaded[0])
+                # A DRAM-only reload (HiCache's copy) shares the link too: the coordinator
+                # counts it, so SSD reads admitted while it copies get their fair allowance.
+                self._pacer.begin(loaded[0] * self._reloader.page_bytes // self.page_size, 0)
             return loaded
         if hit.anchor != params.best_match_node:
             return self._fallback(req, "stale_match")
