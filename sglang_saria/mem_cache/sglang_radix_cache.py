@@ -50,7 +50,7 @@ from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sglang_adapter import page_key
 from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
-from sglang_saria.mem_cache.tier_audit import audit_tiers
+from sglang_saria.mem_cache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 from sglang_saria.storage.device_reload import DeviceReloader, UnsupportedPoolLayout
 
@@ -390,7 +390,7 @@ class SariaRadixCache(UnifiedRadixCache):
         for node_id, lock_params in locks:
             self.dec_lock_ref(node_id, lock_params)
         super().check_hicache_events()
-        if self._audit and self._direct_enabled():
+        if self._audit and getattr(self._backend(), "saria_policy", None) is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (
                 self.token_to_kv_pool_allocator.available_size(),
@@ -405,13 +405,18 @@ class SariaRadixCache(UnifiedRadixCache):
         """Check every node's device/host/SSD locations and counters (tier_audit.py)."""
         backend = self._backend()
         host_pool = self.cache_controller.mem_pool_host
+        aux = ()
+        if ComponentType.MAMBA in self.tree_components:
+            mamba_allocator = getattr(self.req_to_token_pool, "mamba_allocator", None)
+            aux = (AuxComponent("mamba", int(ComponentType.MAMBA), getattr(mamba_allocator, "free_slots", None)),)
         audit = audit_tiers(
             self.tree_core.root_node,
             self.page_size,
-            self.token_to_kv_pool_allocator.get_all_free_pages(),
+            getattr(self.token_to_kv_pool_allocator, "get_all_free_pages", lambda: None)(),
             getattr(host_pool, "slot_used", None),
             backend.exists,
             backend.saria_policy.metadata,
+            aux,
         )
         self._metrics.audited(audit.pages, len(audit.errors))
         for error in audit.errors:

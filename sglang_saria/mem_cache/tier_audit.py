@@ -9,7 +9,9 @@ caught where it happens:
 
 - every device page of a node is allocated in the KV pool and owned by one node only;
 - every host slot of a node is allocated in the host pool and owned by one node only;
-- every page of a node held by host memory or SSD has its counters in the metadata.
+- every page of a node held by host memory or SSD has its counters in the metadata;
+- for hybrid models, every MAMBA checkpoint slot of a node (device and host) is owned
+  by that node only, and its device slot is allocated in the mamba pool.
 
 Enabled with `SGLANG_SARIA_AUDIT_TIERS=1` (each scheduler step; O(tree)), results on the
 metrics endpoint (`sglang:saria_tier_audits_total`, `sglang:saria_tier_audit_errors_total`,
@@ -29,6 +31,15 @@ from sglang_saria.mem_cache.sglang_adapter import page_key
 
 TIERS = ("device", "host", "ssd")
 FULL = 0  # ComponentType.FULL indexes a node's component_data list
+
+
+@dataclass(frozen=True)
+class AuxComponent:
+    """A state component next to FULL KV (MAMBA): its index in component_data and free slots."""
+
+    name: str
+    index: int
+    free_slots: torch.Tensor | None = None
 
 
 @dataclass
@@ -54,9 +65,12 @@ def audit_tiers(
     host_slot_used: torch.Tensor | None,
     on_ssd: Callable[[str], bool],
     metadata: ContextMetadata,
+    aux: tuple[AuxComponent, ...] = (),
 ) -> TierAudit:
     """Walk the tree from ``root`` and check every node's locations and counters."""
     audit = TierAudit()
+    aux_free = {a.name: set(a.free_slots.tolist()) if a.free_slots is not None else set() for a in aux}
+    aux_owner: dict[tuple[str, str, int], int] = {}
     free_pages = set(free_device_pages.tolist()) if free_device_pages is not None else set()
     device_owner: dict[int, int] = {}
     host_owner: dict[int, int] = {}
@@ -85,4 +99,13 @@ def audit_tiers(
         missing = [h for h in kept if metadata.get(page_key(h)) is None]
         if missing:
             audit.errors.append(f"node {node.id}: {len(missing)} of {len(hashes)} pages have no R/E/t_reuse counters")
+        for a in aux:
+            data = node.component_data[a.index]
+            for where, slots in (("device", data.value), ("host", data.host_value)):
+                for slot in ([] if slots is None else slots.reshape(-1).tolist()):
+                    if where == "device" and slot in aux_free[a.name]:
+                        audit.errors.append(f"node {node.id}: {a.name} slot {slot} is in the {a.name} pool's free list")
+                    if aux_owner.setdefault((a.name, where, slot), node.id) != node.id:
+                        owner = aux_owner[(a.name, where, slot)]
+                        audit.errors.append(f"node {node.id}: {a.name} {where} slot {slot} also owned by node {owner}")
     return audit

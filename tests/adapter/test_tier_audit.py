@@ -9,7 +9,7 @@ import torch
 
 from sglang_saria.mem_cache.metadata import ContextMetadata
 from sglang_saria.mem_cache.sglang_adapter import page_key
-from sglang_saria.mem_cache.tier_audit import audit_tiers
+from sglang_saria.mem_cache.tier_audit import AuxComponent, audit_tiers
 
 PAGE = 4
 
@@ -93,3 +93,25 @@ def test_pages_on_host_or_ssd_without_counters_are_reported():
     ]
     # A just-computed device-only page has no counters until it reaches host memory.
     assert run(tree(node(1, HASHES[:1], device_page=4, host_slot=None))).errors == []
+
+
+def test_mamba_checkpoint_slots_are_owned_once_and_allocated():
+    def hybrid_node(node_id: int, hashes: list[str], mamba_slot: int, host_slot: int) -> Node:
+        n = node(node_id, hashes, device_page=None, host_slot=host_slot)
+        n.component_data += [Full(), Full(torch.tensor([mamba_slot]), torch.tensor([mamba_slot + 100]))]
+        return n
+
+    aux = (AuxComponent("mamba", 2, torch.tensor([7, 8])),)
+    meta = ContextMetadata(PAGE, None, 3600.0)
+    meta.record_use([page_key(h) for h in HASHES], 0.0)
+    used = torch.ones(64, dtype=torch.bool)
+
+    def errors(*nodes):
+        return audit_tiers(tree(*nodes), PAGE, None, used, lambda h: False, meta, aux).errors
+
+    assert errors(hybrid_node(1, HASHES[:1], 3, 0), hybrid_node(2, HASHES[1:2], 4, 1)) == []
+    assert errors(hybrid_node(1, HASHES[:1], 7, 0)) == ["node 1: mamba slot 7 is in the mamba pool's free list"]
+    assert errors(hybrid_node(1, HASHES[:1], 3, 0), hybrid_node(2, HASHES[1:2], 3, 1)) == [
+        "node 2: mamba device slot 3 also owned by node 1",
+        "node 2: mamba host slot 103 also owned by node 1",
+    ]

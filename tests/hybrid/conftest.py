@@ -38,12 +38,12 @@ def hybrid_model(repo_root) -> Path:
 
 @pytest.fixture(scope="session")
 def start_hybrid_server(hybrid_model, tmp_path_factory):
-    """Factory: `with start_hybrid_server(args) as server:`; the server is always stopped."""
+    """Factory: `with start_hybrid_server(args, env) as server:`; the server is always stopped."""
 
     @contextmanager
-    def _start(args: list[str]) -> Iterator[SGLangServer]:
+    def _start(args: list[str], env: dict[str, str] | None = None) -> Iterator[SGLangServer]:
         log = tmp_path_factory.mktemp("sglang-hybrid-log") / "server.log"
-        config = ServerConfig(hybrid_model, args=HYBRID_POOLS + list(args), log_path=log)
+        config = ServerConfig(hybrid_model, args=HYBRID_POOLS + list(args), log_path=log, env=dict(env or {}))
         with SGLangServer(config) as server:
             yield server
 

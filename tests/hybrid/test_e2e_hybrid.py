@@ -6,13 +6,13 @@ populated store. Every cached run must return logprobs exactly equal to a cold r
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 
-from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args
+from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args, saria_metrics
 from sglang_saria.storage.hicache_backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
+
 pytestmark = pytest.mark.e2e
 
 # Mamba states are checkpointed every 64 tokens (the GDN chunk size): a prefix is
@@ -95,14 +95,19 @@ def test_mamba_prefix_reuse_across_device_host_and_storage_is_exact(start_hybrid
         ("the second turn comes back from storage", TURN_2,
          {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}),
     ]
-    with start_hybrid_server(hicache_args(store_dir)) as server:
+    # The tier audit checks FULL and MAMBA slots of every node against the pools as it goes.
+    with start_hybrid_server(hicache_args(store_dir), env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
         for what, prompt, expected_tiers in steps:
             result = server.generate(prompt)
             if expected_tiers is not None:
                 assert cached_tokens(result) == expected_tiers, what
                 assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
             assert logprob_trace(result) == logprob_trace(cold[tuple(prompt)]), what
+        metrics = saria_metrics(server.metrics())
     assert stored_pools(store_dir) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
+    assert metrics["sglang:saria_tier_audits_total"] > 0
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
+    assert metrics["sglang:saria_tree_pages/host"] > 0
 
 
 def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold, store_dir):
