@@ -546,6 +546,28 @@ def gather_mixed(
     return chosen
 
 
+def gather_rows(
+    sources: Sequence[torch.Tensor],
+    destinations: Sequence[torch.Tensor],
+    moves: Sequence[RowMoves],
+    backend: Backend = "auto",
+) -> Literal["triton", "torch"]:
+    """Execute row moves once: the kernel (one launch, via a :class:`GatherPlan`) where it
+    runs, else one indexed row copy per move, which skips building byte segments that a
+    one-off torch launch would not reuse. Same rows land either way (tests check both)."""
+    chosen = select_backend(destinations) if backend == "auto" else backend
+    if chosen == "triton":
+        _gather_mixed_triton(GatherPlan.from_rows(sources, destinations, moves), sources, destinations)
+        return chosen
+    if chosen != "torch":
+        raise ValueError(f"backend = {backend!r}; expected 'auto', 'triton' or 'torch'")
+    for move in moves:
+        dst = destinations[move.dst]
+        rows = sources[move.src][_as_index(move.src_rows, "src_rows").to(sources[move.src].device)]
+        dst[_as_index(move.dst_rows, "dst_rows").to(dst.device)] = rows.to(dst.device)
+    return chosen
+
+
 __all__ = [
     "DEFAULT_MAX_SEGMENT_BYTES",
     "GatherPlan",
@@ -553,6 +575,7 @@ __all__ = [
     "RowMoves",
     "gather_mixed",
     "gather_mixed_reference",
+    "gather_rows",
     "select_backend",
     "triton_interpreted",
 ]

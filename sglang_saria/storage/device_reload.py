@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import torch
 
-from sglang_saria.hybrid.gather import GatherPlan, RowMoves, gather_mixed
+from sglang_saria.hybrid.gather import RowMoves, gather_rows
 
 logger = logging.getLogger(__name__)
 
@@ -186,16 +186,29 @@ class DeviceReloader:
             raise ValueError("this reloader has no host-pool views: DRAM pages need HiCache's copy")
         host_pages, host_done = host_slots.numel() // g.page_size, 0
         chunk = max(1, min(n, self.chunk_pages))
-        staging = torch.empty((chunk * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
-        pages = staging.view(chunk, -1)
-        sources = [staging, *self._host_sources]
+        # Two staging buffers: the next chunk's reads run while this chunk is gathered.
+        staging = [
+            torch.empty((chunk * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
+            for _ in range(2 if n > chunk else 1)
+        ]
         slot_rows = slots.to("cpu", torch.int64).view(n, g.page_size)
+
+        def read(start: int) -> list:
+            pages = staging[(start // chunk) % len(staging)].view(chunk, -1)
+            return [self.read_page(page_hashes[start + i], pages[i]) for i in range(min(chunk, n - start))]
+
+        pending = read(0) if n else []
         for start in range(0, max(n, 1), chunk):
             count = min(chunk, n - start)
-            futures = [self.read_page(page_hashes[start + i], pages[i]) for i in range(count)]
-            bad = next((st for st in (f.result() for f in futures) if not st.ok), None)
+            bad = next((st for st in (f.result() for f in pending) if not st.ok), None)
             if bad is not None:
                 return ReloadOutcome(False, start, start * self.page_bytes, reason=bad.value)
+            buf = staging[(start // chunk) % len(staging)] if n else None
+            if start + chunk < n:
+                if self.device.type == "cuda":
+                    # The buffer about to be refilled was gathered from two chunks ago.
+                    torch.cuda.current_stream(self.device).synchronize()
+                pending = read(start + chunk)
             done_bytes = (start + count) * self.page_bytes
             due = host_pages
             if pace is not None and start + count < n:
@@ -215,8 +228,7 @@ class DeviceReloader:
                 moves += self._host_moves(host_slots[span], host_dst[span])
                 host_done = due
             if moves:
-                gather_mixed(GatherPlan.from_rows(sources, self.destinations, moves), sources, self.destinations)
-            if self.device.type == "cuda":
-                # The next chunk's reads overwrite the staging buffer.
-                torch.cuda.current_stream(self.device).synchronize()
+                gather_rows([buf if buf is not None else staging[0], *self._host_sources], self.destinations, moves)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
         return ReloadOutcome(True, n, n * self.page_bytes)

@@ -12,6 +12,7 @@ from sglang_saria.hybrid.gather import (
     RowMoves,
     gather_mixed,
     gather_mixed_reference,
+    gather_rows,
     select_backend,
     triton_interpreted,
 )
@@ -186,3 +187,10 @@ def test_triton_on_cpu_without_the_interpreter_says_how_to_enable_it() -> None:
     case = _small()
     with pytest.raises(RuntimeError, match="TRITON_INTERPRET=1 set before importing triton"):
         gather_mixed(case.plan(), case.sources, case.destinations, backend="triton")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gather_rows_torch_path_moves_the_same_rows_as_the_plan(dtype: torch.dtype) -> None:
+    case = make_reload_case(seed=11, dtype=dtype)
+    assert gather_rows(case.sources, case.destinations, case.moves, backend="torch") == "torch"
+    assert bit_exact(case.destinations, case.expected())
