@@ -107,7 +107,7 @@ def main() -> int:
                     args.repeats,
                 )
                 mib = n * page_bytes / 2**20
-                print(
+                tqdm.write(
                     f"{n:>6} {mib:>7.1f} {t_staged * 1e3:>10.1f} {t_direct * 1e3:>10.1f} {t_direct / t_staged:>9.2f}"
                     f" {t_mixed * 1e3:>15.1f} {t_mixed / t_staged:>9.2f}"
                 )
