@@ -168,7 +168,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if last_hash is None and not self.is_root(anchor):
             return None  # an unhashed anchor would seed the chain wrongly: no match possible
         hashes = get_storage_hash_str(key[start : start + tail], last_hash, page_size=page)
-        n_ssd = self._backend().batch_exists(hashes)
+        n_ssd = self._agree_min(self._backend().batch_exists(hashes))
         if n_ssd == 0:
             return None
         hashes = hashes[:n_ssd]
@@ -268,6 +268,8 @@ class SariaRadixCache(UnifiedRadixCache):
             )
         finally:
             self._pacer.end(ticket)
+        if not self._agree_min(int(outcome.ok)) and outcome.ok:
+            outcome.ok, outcome.reason = False, "peer_rank"
         if not outcome.ok:
             self.token_to_kv_pool_allocator.free(slots)
             return self._fallback(req, f"store_{outcome.reason}")
@@ -312,6 +314,13 @@ class SariaRadixCache(UnifiedRadixCache):
             (time.perf_counter() - t0) * 1e3,
         )
         return host_loaded + ssd_tokens, last_node
+
+    def _agree_min(self, value: int) -> int:
+        """The minimum over the attention ranks (each TP rank has its own store): every rank
+        takes the same plan and the same success/fallback branch, as HiCache's hit query."""
+        tensor = torch.tensor(value, dtype=torch.int64)
+        self._all_reduce_attn_groups(tensor, torch.distributed.ReduceOp.MIN)
+        return int(tensor.item())
 
     def _alloc_device(self, tokens: int) -> Optional[torch.Tensor]:
         if self._component_available_size(ComponentType.FULL) < tokens:
