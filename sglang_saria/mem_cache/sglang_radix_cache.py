@@ -96,7 +96,7 @@ class SariaRadixCache(UnifiedRadixCache):
         backend = self._backend()
         policy = getattr(backend, "saria_policy", None)
         self._direct = False
-        if not self.enable_storage or policy is None or not policy.config.transfer.direct_reload:
+        if not getattr(self, "enable_storage", False) or policy is None or not policy.config.transfer.direct_reload:
             return False
         if set(self.tree_components) != {ComponentType.FULL} or self.tree_core.is_eagle:
             logger.info("saria: direct reload needs a full-attention, non-EAGLE tree; using HiCache prefetch")
