@@ -15,6 +15,7 @@ from typing import Any
 PROMOTION_MODES = ("zero", "half", "full", "saria")
 TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
+ADMISSION_RULES = ("robust", "paper")
 
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$")
 _SIZE_MULT = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
@@ -64,6 +65,9 @@ class AdmissionConfig:
     """Paper 4.2: which nodes are persisted to SSD, and how early writes start."""
 
     policy: str = "eviction:E2"  # none | full-duplicate | eviction:E<n> | reuse:R<n> | combined:E<n>R<m> | budget:<DWPD>
+    # how threshold policies apply their test (docs/fidelity.md): "robust" writes prefix-closed chains started at
+    # reusable nodes and does not re-spend the evidence of a copy evicted unread; "paper" is section 4.2 verbatim
+    rule: str = "robust"
     prewrite: bool = True
     prewrite_depth_blocks: int = 64  # "near the eviction end": this many LRU-end DRAM nodes are examined
     # budget:<DWPD> write-budget controller (mem_cache/budget.py)
@@ -80,6 +84,7 @@ class AdmissionConfig:
             parse_policy_name(self.policy)
         except ValueError as e:
             raise ConfigError(f"{prefix}.policy={self.policy!r}: {e}") from None
+        _check(self.rule in ADMISSION_RULES, f"{prefix}.rule", self.rule, f"must be one of {', '.join(ADMISSION_RULES)}")
         _check(self.prewrite_depth_blocks >= 0, f"{prefix}.prewrite_depth_blocks", self.prewrite_depth_blocks, "must be >= 0")
         _check(self.budget_horizon_s > 0, f"{prefix}.budget_horizon_s", self.budget_horizon_s, "must be > 0")
         _check(1 <= self.budget_theta_min <= self.budget_theta_max, f"{prefix}.budget_theta_min", self.budget_theta_min,

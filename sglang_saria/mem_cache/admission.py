@@ -25,6 +25,7 @@ class AdmissionEvent(str, Enum):
     REUSE = "reuse"  # a request's input contains the block again (R was just incremented)
     EVICT = "evict"  # DRAM eviction (E was just incremented): write-before-reclaim
     PREWRITE = "prewrite"  # near the DRAM eviction end: would it qualify at its next eviction?
+    CLOSURE = "closure"  # an ancestor written with an admitted node (robust rule: SSD stays prefix-closed); never asked
 
 
 # Prometheus name under which the SGLang adapter exports ``AdmissionPolicy.admitted`` (label: event).
@@ -49,6 +50,11 @@ class AdmissionPolicy(ABC):
 
     def on_clock(self, now: float) -> None:
         """The core's clock at each request call; only time-driven policies (budget) use it."""
+
+    def affords(self, extra_bytes: int) -> bool:
+        """Pure: whether ``extra_bytes`` more than the admitted node itself (its unwritten prefix,
+        robust rule) may be written now; only budgeted policies refuse."""
+        return True
 
     def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
         """A write of ``nbytes`` was emitted for ``event``."""

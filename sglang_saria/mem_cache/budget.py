@@ -81,6 +81,10 @@ class WriteBudgetController(ThresholdAdmission):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         return self.level > 0 and super().should_admit(E, R, event)
 
+    def affords(self, extra_bytes: int) -> bool:
+        """A node's unwritten prefix must fit in the earned bytes; only the node itself may overdraw."""
+        return self.level - extra_bytes > 0
+
     def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
         super().on_admitted(event, nbytes)
         self.level -= nbytes

@@ -9,13 +9,14 @@ real pages. Nothing here touches pools, files or wall clocks.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from itertools import islice
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import ROOT, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
@@ -42,6 +43,13 @@ class CoreStats:
     reuse_writes: int = 0
     evict_writes: int = 0
     insert_writes: int = 0
+    closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
+    unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (robust rule)
+    ssd_evicted_unread: int = 0  # SSD copies evicted before any read
+
+
+#: ``on_write(key, node, event, parent_on_ssd)``: diagnostics hook called for every SSD write decided
+WriteHook = Callable[[int, ContextNode, AdmissionEvent, bool], None]
 
 
 class SariaCore:
@@ -66,6 +74,11 @@ class SariaCore:
         self.stats = CoreStats()
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
+        # robust rule (docs/fidelity.md): threshold policies write prefix-closed chains, hybrid writes start at
+        # checkpoint nodes, and an SSD copy evicted unread spends the eviction evidence that admitted it
+        self._hbm: Collection[int] = ()
+        self.robust = cfg.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
+        self.on_write: WriteHook | None = None
 
     # ---------------------------------------------------------------- lookup
     def lookup(self, keys: list[int]) -> ReloadPlan:
@@ -110,8 +123,8 @@ class SariaCore:
         reading = frozenset(k for k, src in zip(keys, plan.sources) if src == SSD) if plan.ssd_blocks else frozenset()
         for k in reached:
             node = nodes[k]
-            if node.fa_loc & DRAM and not node.fa_loc & SSD and self.admission.should_admit(node.E, node.R, AdmissionEvent.REUSE):
-                self._write(k, node, acts, AdmissionEvent.REUSE, pinned=reading)
+            if node.fa_loc & DRAM and not node.fa_loc & SSD:
+                self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=set(keys))
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -124,8 +137,8 @@ class SariaCore:
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
-        adm = self.admission
-        writes_ssd = adm.writes_ssd
+        writes_ssd = self.admission.writes_ssd
+        self._hbm = set(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
@@ -142,14 +155,15 @@ class SariaCore:
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
-            if writes_ssd and not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.INSERT):
-                self._write(k, node, acts, AdmissionEvent.INSERT)
+            if writes_ssd and not node.fa_loc & SSD:
+                self._admit(k, node, AdmissionEvent.INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
             self._promote(keys, plan, now, acts)
         if self._prewrite:
             self._prewrite_scan(acts)
+        self._hbm = ()
         self.metadata.reclaim(now)
         return acts
 
@@ -170,29 +184,96 @@ class SariaCore:
         dram = self.dram
         dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
 
+    def _admit(
+        self, key: int, node: ContextNode, event: AdmissionEvent, acts: Actions,
+        pinned: Collection[int] = frozenset(), hbm: Collection[int] | None = None,
+    ) -> bool:
+        """Ask the policy about a node not on SSD and persist it if admitted; True if written.
+
+        Paper rule: the node alone. Robust rule: on a hybrid model only checkpoint nodes start
+        a write (a block is reusable only up to a checkpoint); the eviction count already spent
+        on a copy that was evicted unread does not count again; and the node is written with
+        every ancestor not yet on SSD (deepest first), so SSD content stays prefix-closed. If an
+        ancestor is on no tier, nothing is written: the block could never be reloaded.
+        """
+        if not self.robust:
+            if not self.admission.should_admit(node.E, node.R, event):
+                return False
+            return self._write(key, node, acts, event, pinned)
+        if self.hybrid and node.ck_loc < 0:
+            return False
+        if not self.admission.should_admit(node.E - node.e_spent, node.R, event):
+            return False
+        chain = self._missing_prefix(key, node, self._hbm if hbm is None else hbm)
+        if chain is None:
+            self.stats.unusable_skipped += 1
+            return False
+        nodes = self.metadata.nodes
+        if len(chain) > 1:
+            sizes = [self._size(nodes[k]) for k in chain[1:]]
+            if sum(t for t, _ in sizes) + self._size(node)[0] > self.ssd.capacity_tokens:
+                self.stats.unusable_skipped += 1
+                return False
+            if not self.admission.affords(sum(b for _, b in sizes)):
+                return False
+        pin = set(pinned)
+        pin.update(chain)
+        for i, k in enumerate(chain):
+            ev = event if i == 0 else AdmissionEvent.CLOSURE
+            if not self._write(k, nodes[k], acts, ev, pin):
+                return i > 0
+        return True
+
+    def _missing_prefix(self, key: int, node: ContextNode, hbm: Collection[int]) -> list[int] | None:
+        """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of
+        them has no copy to write from (neither DRAM nor the current request's GPU blocks)."""
+        nodes = self.metadata.nodes
+        chain = [key]
+        p = node.parent
+        while p != ROOT:
+            pn = nodes.get(p)
+            if pn is None:
+                return None
+            loc = pn.fa_loc
+            if loc & SSD:
+                break
+            if not loc & DRAM and p not in hbm:
+                return None
+            chain.append(p)
+            p = pn.parent
+        return chain
+
     def _write(
-        self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent, pinned: frozenset[int] = frozenset()
-    ) -> None:
+        self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent, pinned: Collection[int] = frozenset()
+    ) -> bool:
         """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room.
 
-        ``pinned`` SSD blocks are being read by the current request and are never victims;
-        when only they are left, the write is skipped.
+        ``pinned`` SSD blocks are being read by the current request (or are this write's own
+        prefix) and are never victims; when only they are left, the write is skipped (False).
         """
         ssd = self.ssd
         tokens, nbytes = self._size(node)
         if tokens > ssd.capacity_tokens:
-            return
+            return False
         nodes = self.metadata.nodes
+        robust = self.robust
         while ssd.free_tokens < tokens:
             victim = next((v for v in ssd.victims() if v not in pinned), None) if pinned else ssd.victim()
             if victim is None:
-                return
-            ssd.remove(victim)
+                return False
             vn = nodes[victim]
+            if ssd.unread(victim):
+                self.stats.ssd_evicted_unread += 1
+            if robust:
+                vn.e_spent = vn.E
+            ssd.remove(victim)
             vn.fa_loc &= ~SSD
             if vn.ck_loc >= 0:
                 vn.ck_loc &= ~SSD
             acts.ssd_evictions.append(victim)
+        if self.on_write is not None:
+            pn = nodes.get(node.parent)
+            self.on_write(key, node, event, pn is not None and bool(pn.fa_loc & SSD))
         ssd.insert(key, tokens, nbytes)
         node.fa_loc |= SSD
         if node.ck_loc >= 0:
@@ -206,21 +287,23 @@ class SariaCore:
             st.reuse_writes += 1
         elif event is AdmissionEvent.PREWRITE:
             st.prewrites += 1
+        elif event is AdmissionEvent.CLOSURE:
+            st.closure_writes += 1
         else:
             st.insert_writes += 1
+        return True
 
     def _evict_dram(self, need_tokens: int, acts: Actions) -> None:
         """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim."""
         dram = self.dram
         nodes = self.metadata.nodes
-        adm = self.admission
-        writes_ssd = adm.writes_ssd
+        writes_ssd = self.admission.writes_ssd
         while dram.free_tokens < need_tokens and len(dram):
             k = dram.victim()
             node = nodes[k]
             node.E += 1
-            if writes_ssd and not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.EVICT):
-                self._write(k, node, acts, AdmissionEvent.EVICT)
+            if writes_ssd and not node.fa_loc & SSD:
+                self._admit(k, node, AdmissionEvent.EVICT, acts)
             dram.remove(k)
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
@@ -250,9 +333,11 @@ class SariaCore:
         budget = self.dram.free_tokens
         if budget < need:
             # headroom: LRU-end blocks that promotion may displace (not reused within P_tau)
+            # robust rule: a replica of an SSD block never displaces a block SSD does not hold
+            need_ssd = SSD if self.robust else 0
             for k in self.dram.victims():
                 node = nodes[k]
-                if not self.promotion.evictable(now, node.t_reuse):
+                if not self.promotion.evictable(now, node.t_reuse) or (node.fa_loc & need_ssd) != need_ssd:
                     break
                 budget += self.dram.size_of(k)[0]
                 if budget >= need:
@@ -279,13 +364,8 @@ class SariaCore:
     def _prewrite_scan(self, acts: Actions) -> None:
         """Start writes for LRU-end DRAM nodes that would qualify at their next eviction."""
         nodes = self.metadata.nodes
-        adm = self.admission
-        due = []
-        for k in islice(self.dram.victims(), self._prewrite_depth):
+        due = [k for k in islice(self.dram.victims(), self._prewrite_depth) if not nodes[k].fa_loc & SSD]
+        for k in due:  # asked one by one: a write budget may run out mid-scan, a closure may cover later ones
             node = nodes[k]
-            if not node.fa_loc & SSD and adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):
-                due.append(k)
-        for k in due:
-            node = nodes[k]
-            if adm.should_admit(node.E, node.R, AdmissionEvent.PREWRITE):  # re-asked: a write budget may run out mid-scan
-                self._write(k, node, acts, AdmissionEvent.PREWRITE)
+            if not node.fa_loc & SSD:
+                self._admit(k, node, AdmissionEvent.PREWRITE, acts)

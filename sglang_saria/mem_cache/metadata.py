@@ -16,6 +16,7 @@ from collections import OrderedDict
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
 NO_CHECKPOINT = -1  # ck_loc of nodes that do not end on a checkpoint boundary
+ROOT = -1  # parent of a first block (keys are non-negative)
 FA_BLOCK = "fa"
 GDN_CHECKPOINT = "gdn"
 
@@ -23,17 +24,21 @@ GDN_CHECKPOINT = "gdn"
 class ContextNode:
     """Counters and object locations of one block-aligned prefix (about 100 bytes)."""
 
-    __slots__ = ("R", "E", "t_reuse", "fa_loc", "ck_loc")
+    __slots__ = ("R", "E", "t_reuse", "fa_loc", "ck_loc", "parent", "e_spent")
 
-    def __init__(self, now: float, has_checkpoint: bool) -> None:
+    def __init__(self, now: float, has_checkpoint: bool, parent: int = ROOT) -> None:
         self.R = 0  # request reuses after first computation (hit or recompute)
         self.E = 0  # DRAM evictions across residencies
+        self.parent = parent  # key of the previous block (ROOT for a first block): the radix tree's edge
+        # E already spent on an SSD copy that was evicted unread (robust admission needs theta_E new evictions)
+        self.e_spent = 0
         self.t_reuse = now  # last time a request used (or computed) the block
         self.fa_loc = 0  # bitmask of DRAM | SSD holding the FA block
         self.ck_loc = 0 if has_checkpoint else NO_CHECKPOINT  # same for the GDN checkpoint
 
     def __repr__(self) -> str:
-        return f"ContextNode(R={self.R}, E={self.E}, t_reuse={self.t_reuse}, fa_loc={self.fa_loc}, ck_loc={self.ck_loc})"
+        return (f"ContextNode(R={self.R}, E={self.E}, t_reuse={self.t_reuse}, fa_loc={self.fa_loc}, "
+                f"ck_loc={self.ck_loc}, parent={self.parent}, e_spent={self.e_spent})")
 
 
 class ContextMetadata:
@@ -64,12 +69,15 @@ class ContextMetadata:
         recency = self._recency
         stride = self.checkpoint_stride
         reached: list[int] = []
+        parent = ROOT
         for i, k in enumerate(keys):
             node = nodes.get(k)
             if node is None:
-                nodes[k] = ContextNode(now, stride > 0 and (i + 1) % stride == 0)
+                nodes[k] = ContextNode(now, stride > 0 and (i + 1) % stride == 0, parent)
                 recency[k] = None
+                parent = k
                 continue
+            parent = k
             node.R += 1
             node.t_reuse = now
             recency.move_to_end(k)
@@ -117,4 +125,4 @@ class ContextMetadata:
         return dropped
 
 
-__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]
+__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "ROOT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]

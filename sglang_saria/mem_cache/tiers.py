@@ -85,6 +85,10 @@ class Tier:
         self.bytes_read += nbytes_each * len(keys)
         self.eviction.access_many(keys)
 
+    def unread(self, key: int) -> bool:
+        """Whether ``key``'s current copy has not been read since it was written."""
+        return key in self._unread
+
     def access(self, key: int) -> None:
         self.eviction.access(key)
 

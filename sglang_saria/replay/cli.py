@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from sglang_saria.config import (
+    ADMISSION_RULES,
     PLANNERS,
     PROMOTION_MODES,
     TRANSFER_MODES,
@@ -65,6 +66,8 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planner", choices=PLANNERS, default="saria",
                    help="saria | lmcache (LMCache+ tier-prefix lookup) | gds-only (implies --dram-tokens 0)")
     p.add_argument("--no-prewrite", action="store_true", help="disable prewrite (E+1) of DRAM-tail nodes")
+    p.add_argument("--admission-rule", choices=ADMISSION_RULES, default="robust",
+                   help="robust (prefix-closed writes; default) | paper (section 4.2 verbatim; see docs/fidelity.md)")
     p.add_argument("--metadata-window", default="2h", help="metadata reclamation window")
     p.add_argument("--in-flight", type=int, default=4)
     p.add_argument("--prefill-tps", type=float, default=6500.0, help="computed prefill tokens per second")
@@ -87,7 +90,7 @@ def _parse_bandwidth(s: str) -> BandwidthConfig:
 def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
     spec = get_model_spec(args.model)
     cfg = SariaConfig(
-        admission=AdmissionConfig(policy=policy, prewrite=not args.no_prewrite),
+        admission=AdmissionConfig(policy=policy, prewrite=not args.no_prewrite, rule=args.admission_rule),
         metadata=MetadataConfig(
             block_tokens=args.block_tokens or spec.default_block_tokens,
             checkpoint_tokens=args.checkpoint_tokens,
@@ -152,6 +155,7 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
             "kv_bytes_per_token": spec.kv_bytes_per_token,
             "checkpoint_bytes": spec.checkpoint_bytes,
             "prewrite": not args.no_prewrite,
+            "admission_rule": args.admission_rule,
             "policies": policies,
             "interrupted": interrupted,
             **base,
