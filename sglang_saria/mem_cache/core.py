@@ -46,6 +46,7 @@ class CoreStats:
     closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
     unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (robust rule)
     ssd_evicted_unread: int = 0  # SSD copies evicted before any read
+    credit_refused: int = 0  # admitted writes refused: total writes would pass the computed content (robust rule)
 
 
 #: ``on_write(key, node, event, parent_on_ssd)``: diagnostics hook called for every SSD write decided
@@ -75,7 +76,7 @@ class SariaCore:
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
         # robust rule (docs/fidelity.md): threshold policies write prefix-closed chains, hybrid writes start at
-        # checkpoint nodes, and an SSD copy evicted unread spends the eviction evidence that admitted it
+        # checkpoint nodes, and a copy lost from SSD spends the eviction evidence that admitted it
         self._hbm: Collection[int] = ()
         self.robust = cfg.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
         self.on_write: WriteHook | None = None
@@ -190,9 +191,10 @@ class SariaCore:
     ) -> bool:
         """Ask the policy about a node not on SSD and persist it if admitted; True if written.
 
-        Paper rule: the node alone. Robust rule: on a hybrid model only checkpoint nodes start
-        a write (a block is reusable only up to a checkpoint); the eviction count already spent
-        on a copy that was evicted unread does not count again; and the node is written with
+        Paper rule: the node alone. Robust rule: total SSD writes stay within the KV content
+        computed so far (write-through's minimum); on a hybrid model only checkpoint nodes start
+        a write (a block is reusable only up to a checkpoint); evictions before its last SSD copy
+        was evicted do not count again (a rewrite needs theta_E new ones); and the node is written with
         every ancestor not yet on SSD (deepest first), so SSD content stays prefix-closed. If an
         ancestor is on no tier, nothing is written: the block could never be reloaded.
         """
@@ -209,13 +211,19 @@ class SariaCore:
             self.stats.unusable_skipped += 1
             return False
         nodes = self.metadata.nodes
+        tokens, nbytes = self._size(node)
+        extra = 0
         if len(chain) > 1:
             sizes = [self._size(nodes[k]) for k in chain[1:]]
-            if sum(t for t, _ in sizes) + self._size(node)[0] > self.ssd.capacity_tokens:
+            if sum(t for t, _ in sizes) + tokens > self.ssd.capacity_tokens:
                 self.stats.unusable_skipped += 1
                 return False
-            if not self.admission.affords(sum(b for _, b in sizes)):
+            extra = sum(b for _, b in sizes)
+            if not self.admission.affords(extra):
                 return False
+        if self.ssd.bytes_written + nbytes + extra > self._computed_bytes():
+            self.stats.credit_refused += 1
+            return False
         pin = set(pinned)
         pin.update(chain)
         for i, k in enumerate(chain):
@@ -223,6 +231,15 @@ class SariaCore:
             if not self._write(k, nodes[k], acts, ev, pin):
                 return i > 0
         return True
+
+    def _computed_bytes(self) -> int:
+        """Bytes of the distinct KV content computed so far: what write-through writes at least once.
+
+        Robust threshold policies never write more in total, so a policy that saves writes cannot
+        out-write full duplicate even when load makes its SSD churn (docs/fidelity.md).
+        """
+        md = self.metadata
+        return md.created * self.block_bytes + md.created_checkpoints * self.ckpt_bytes
 
     def _missing_prefix(self, key: int, node: ContextNode, hbm: Collection[int]) -> list[int] | None:
         """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of

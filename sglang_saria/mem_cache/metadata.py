@@ -30,7 +30,7 @@ class ContextNode:
         self.R = 0  # request reuses after first computation (hit or recompute)
         self.E = 0  # DRAM evictions across residencies
         self.parent = parent  # key of the previous block (ROOT for a first block): the radix tree's edge
-        # E already spent on an SSD copy that was evicted unread (robust admission needs theta_E new evictions)
+        # E when the node's last SSD copy was evicted: robust admission wants theta_E evictions since then
         self.e_spent = 0
         self.t_reuse = now  # last time a request used (or computed) the block
         self.fa_loc = 0  # bitmask of DRAM | SSD holding the FA block
@@ -52,6 +52,8 @@ class ContextMetadata:
         self.nodes: dict[int, ContextNode] = {}
         self._recency: OrderedDict[int, None] = OrderedDict()  # by last use; reclamation scans the front
         self.reclaimed = 0
+        self.created = 0  # nodes created (first computations, and recomputations after reclamation)
+        self.created_checkpoints = 0  # of which on a checkpoint boundary
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -73,8 +75,11 @@ class ContextMetadata:
         for i, k in enumerate(keys):
             node = nodes.get(k)
             if node is None:
-                nodes[k] = ContextNode(now, stride > 0 and (i + 1) % stride == 0, parent)
+                ck = stride > 0 and (i + 1) % stride == 0
+                nodes[k] = ContextNode(now, ck, parent)
                 recency[k] = None
+                self.created += 1
+                self.created_checkpoints += ck
                 parent = k
                 continue
             parent = k
