@@ -5,7 +5,8 @@ model and load (E3 on one trace, E5 on another) and leaves the choice to the ope
 This controller chooses it online. A token bucket earns the drive's rated write rate
 ``capacity_bytes * DWPD / 86400`` bytes per second of the clock the core is driven with,
 holds at most ``horizon_s`` seconds of it, and starts empty, so cumulative SSD writes
-never exceed ``rate * t`` (plus at most one node in flight). The bucket's fill level
+never exceed ``rate * t`` (plus at most one node in flight: under the robust rule a node's
+unwritten prefix must fit in the bucket, ``affords``). The bucket's fill level
 sets the thresholds: a full bucket (slack: light load) admits at ``theta_min`` and
 writes more; an emptying bucket (heavy load) raises ``theta_E`` towards ``theta_max``
 so that only blocks with the longest eviction history still reach SSD. The fill level

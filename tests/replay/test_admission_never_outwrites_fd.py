@@ -20,7 +20,7 @@ from sglang_saria.replay.workload import apply_limits, session_starts
 
 THRESHOLD_POLICIES = ["eviction:E2", "eviction:E3", "eviction:E5", "eviction:E8", "reuse:R4", "combined:E3R4", "budget:1"]
 MODELS = ["qwen3-8b", "qwen3.5-9b"]
-FIRST_REQUESTS = 4
+FIRST_REQUESTS = 3
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def _writes(sessions, starts, model, policy, dram, ssd, tps) -> int:
     return replay(sessions, starts, cfg, spec, ReplaySettings(prefill_tokens_per_s=tps)).core.ssd.bytes_written
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     model=st.sampled_from(MODELS),
     policy=st.sampled_from(THRESHOLD_POLICIES),

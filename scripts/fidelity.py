@@ -1,0 +1,348 @@
+#!/usr/bin/env python
+"""Fidelity table: the paper's evaluation numbers next to the replay's, one row per claim.
+
+Each row names a figure, the paper's number, the replay's number measured in this run and
+whether both point the same way (the sign of the change against the figure's baseline).
+Figures: 3b (writes never read at 12/4/2 h, full duplicate), 10 (FD/E2/E3/E5 writes vs FD
+and TTFT vs FD and DRAM-only; WEKA and the TraceLab-calibrated synthetic workload; FA and
+hybrid), 12 (cumulative ablation, in-flight 1), 15 (promotion ratio, in-flight 1), 16
+(one reload, serial / overlap / coordinated, the coordinator's fluid model). Every replay
+of a figure runs on the identical workload (same sessions, same start times).
+
+    python scripts/fidelity.py --json fidelity.json            # the full table (~30 replays)
+    python scripts/fidelity.py --figures 10 --sessions 100     # a quick subset
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+
+from tqdm import tqdm
+
+from sglang_saria.config import (
+    AdmissionConfig,
+    BandwidthConfig,
+    CapacityConfig,
+    MetadataConfig,
+    PromotionConfig,
+    SariaConfig,
+    TransferConfig,
+)
+from sglang_saria.mem_cache.coordinator import TransferCoordinator
+from sglang_saria.model_specs import get_model_spec
+from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.workload import apply_limits, session_starts
+
+SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+WEKA = f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}"
+MODELS = ("qwen3.5-9b", "qwen3-8b")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One claim: the paper's number and the replay's, as relative changes (or fractions)."""
+
+    figure: str
+    claim: str
+    paper: float
+    replay: float
+    baseline_relative: bool = True  # a change vs a baseline: same direction = same sign
+    note: str = ""
+
+    @property
+    def same_direction(self) -> bool:
+        if self.baseline_relative:
+            return (self.paper > 0) == (self.replay > 0)
+        return True  # fractions (e.g. writes never read) are compared by value in the table
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "same_direction": self.same_direction}
+
+
+@dataclass(frozen=True)
+class Setup:
+    """One replay: workload, model and the config knobs a figure varies."""
+
+    trace: str
+    model: str
+    sessions: int | None
+    window_h: float = 12.0
+    in_flight: int = 4
+    policy: str = "full-duplicate"
+    rule: str = "robust"
+    planner: str = "saria"
+    transfer: str = "coordinated"
+    promotion: str = "saria"
+    ratio: float = 0.4
+
+
+class Runner:
+    """Replays setups, caching loaded traces and results (figures share baselines)."""
+
+    def __init__(self, progress: bool) -> None:
+        self._traces: dict[tuple, list] = {}
+        self._results: dict[Setup, dict] = {}
+        self.progress = progress
+
+    def __call__(self, s: Setup) -> dict:
+        if s.policy in ("none", "full-duplicate"):
+            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
+        if s not in self._results:
+            spec = get_model_spec(s.model)
+            bt = spec.default_block_tokens
+            key = (s.trace, bt, s.sessions)
+            if key not in self._traces:
+                self._traces[key] = apply_limits(load_trace(s.trace, bt, max_sessions=s.sessions))
+            sessions = self._traces[key]
+            settings = ReplaySettings(window_s=s.window_h * 3600.0, in_flight=s.in_flight)
+            cfg = SariaConfig(
+                admission=AdmissionConfig(policy=s.policy, rule=s.rule),
+                metadata=MetadataConfig(block_tokens=bt),
+                promotion=PromotionConfig(mode=s.promotion, ratio=s.ratio),
+                transfer=TransferConfig(mode=s.transfer, planner=s.planner),
+                capacity=CapacityConfig(),
+            ).validate()
+            label = f"{s.model} {s.policy} {s.planner}/{s.transfer}/{s.promotion}{s.ratio:g} {s.window_h:g}h"
+            res = replay(sessions, session_starts(sessions, settings.window_s, 0), cfg, spec, settings,
+                         progress=self.progress, label=label)
+            self._results[s] = res.metrics
+        return self._results[s]
+
+
+def rel(new: float, base: float) -> float:
+    """Relative change of ``new`` against ``base`` (-0.2 = 20% lower)."""
+    return new / base - 1.0 if base else 0.0
+
+
+def fig3b(run: Runner, sessions: int | None) -> list[Row]:
+    """Full duplicate: fraction of SSD writes never read, 12/4/2 h windows (paper: TraceLab, GLM-5.2)."""
+    paper = {12.0: 0.825, 4.0: 0.650, 2.0: 0.443}
+    rows = []
+    for w, p in paper.items():
+        m = run(Setup(WEKA, "qwen3-8b", sessions, window_h=w))
+        rows.append(Row("3b", f"FD writes never read, {w:g} h window", p, m["writes_never_read_frac"], False,
+                        "WEKA + qwen3-8b here; paper: TraceLab + GLM-5.2, SSD large enough to never evict"))
+    return rows
+
+
+# paper section 5.2, Figure 10: (workload, model) -> {claim: (policy, metric, baseline, value)}
+FIG10 = {
+    ("weka", "qwen3.5-9b"): [
+        ("E3 SSD writes vs FD", "eviction:E3", "ssd_write_bytes", "full-duplicate", -0.782),
+        ("E3 mean TTFT vs FD", "eviction:E3", "ttft_mean_s", "full-duplicate", 0.784),
+        ("E3 mean TTFT vs DRAM-only", "eviction:E3", "ttft_mean_s", "none", -0.949),
+    ],
+    ("synthetic", "qwen3.5-9b"): [
+        ("E3 SSD writes vs FD", "eviction:E3", "ssd_write_bytes", "full-duplicate", -0.787),
+        ("E3 mean TTFT vs DRAM-only", "eviction:E3", "ttft_mean_s", "none", -0.737),
+        ("E5 mean TTFT vs DRAM-only", "eviction:E5", "ttft_mean_s", "none", -0.665),
+    ],
+    ("synthetic", "qwen3-8b"): [
+        ("E3 SSD writes vs FD", "eviction:E3", "ssd_write_bytes", "full-duplicate", -0.803),
+        ("E3 mean TTFT vs DRAM-only", "eviction:E3", "ttft_mean_s", "none", -0.278),
+    ],
+}
+
+
+def fig10(run: Runner, sessions: int | None, rules: tuple[str, ...]) -> list[Row]:
+    """End-to-end trade-off per workload and model, for each admission rule asked for."""
+    rows = []
+    for (workload, model), claims in FIG10.items():
+        trace = WEKA if workload == "weka" else "synthetic"
+        n = sessions if workload == "weka" else (sessions or 350)
+        for rule in rules:
+            for claim, policy, metric, base, paper in claims:
+                m = run(Setup(trace, model, n, policy=policy, rule=rule))
+                b = run(Setup(trace, model, n, policy=base, rule=rule))
+                note = "" if workload == "weka" else "synthetic sessions calibrated to TraceLab's statistics"
+                rows.append(Row("10", f"{workload} {model} [{rule}] {claim}", paper, rel(m[metric], b[metric]), note=note))
+    return rows
+
+
+# Figure 12: cumulative ablation, FD, in-flight 1 (planner, transfer, promotion)
+ABLATION = [
+    ("Base", "lmcache", "serial", "zero"),
+    ("+Meta", "saria", "serial", "zero"),
+    ("+promotion", "saria", "serial", "saria"),
+    ("+overlap", "saria", "overlap", "saria"),
+    ("+coordination", "saria", "coordinated", "saria"),
+]
+FIG12_PAPER = {"qwen3.5-9b": (-0.064, -0.319, -0.178), "qwen3-8b": (-0.058, -0.267, -0.110)}
+
+
+def fig12(run: Runner, sessions: int | None) -> list[Row]:
+    rows = []
+    for model, (ttft_p, xfer_p, coord_p) in FIG12_PAPER.items():
+        m = {name: run(Setup(WEKA, model, sessions, in_flight=1, planner=pl, transfer=tr, promotion=pr))
+             for name, pl, tr, pr in ABLATION}
+        rows += [
+            Row("12", f"{model} full config mean TTFT vs Base", ttft_p,
+                rel(m["+coordination"]["ttft_mean_s"], m["Base"]["ttft_mean_s"])),
+            Row("12", f"{model} full config P25-bad transfer vs +Meta", xfer_p,
+                rel(m["+coordination"]["transfer_p25_bad_s"], m["+Meta"]["transfer_p25_bad_s"])),
+            Row("12", f"{model} coordination P25-bad transfer vs +overlap", coord_p,
+                rel(m["+coordination"]["transfer_p25_bad_s"], m["+overlap"]["transfer_p25_bad_s"])),
+        ]
+    return rows
+
+
+# Figure 15: promotion ratio r (FD, coordinated, in-flight 1): (r, SSD reads, transfer, TTFT) vs r=0
+FIG15_PAPER = {"qwen3.5-9b": (0.6, -0.438, -0.179, -0.035), "qwen3-8b": (0.8, -0.617, -0.316, -0.090)}
+
+
+def fig15(run: Runner, sessions: int | None) -> list[Row]:
+    rows = []
+    for model, (r, reads_p, xfer_p, ttft_p) in FIG15_PAPER.items():
+        base = run(Setup(WEKA, model, sessions, in_flight=1, promotion="zero", ratio=0.0))
+        m = run(Setup(WEKA, model, sessions, in_flight=1, promotion="saria", ratio=r))
+        for claim, metric, paper in (("SSD reads", "ssd_read_bytes", reads_p), ("mean transfer", "transfer_mean_s", xfer_p),
+                                     ("mean TTFT", "ttft_mean_s", ttft_p)):
+            rows.append(Row("15", f"{model} r={r:g} {claim} vs r=0", paper, rel(m[metric], base[metric]),
+                            note="saria's r_eff caps r at 1 - B_gds/B_ingress = 0.58"))
+    return rows
+
+
+def _reload_time(mode: str, ingress: float, gds: float) -> float:
+    """One reload of 135,168 qwen3-8b tokens split equally between DRAM and SSD (paper 5.3)."""
+    spec = get_model_spec("qwen3-8b")
+    half = 135_168 // 2 * spec.kv_bytes_per_token
+    coord = TransferCoordinator(BandwidthConfig(ingress, gds, ingress), mode)
+    done = coord.submit(0, half, half, 0.0) + coord.advance(float("inf"))
+    return done[0][1]
+
+
+def fig16() -> list[Row]:
+    """Coordinated vs serial completion time; the fluid model has no coordinator overhead."""
+    rows = []
+    for label, gds, paper in (("slower SSD", 8.0, -0.180), ("faster SSD", 12.0, -0.207), ("two SSDs", 23.9, 0.158)):
+        serial = _reload_time("serial", 24.0, gds)
+        rows.append(Row("16", f"{label} (GDS {gds:g} GB/s) coordinated vs serial", paper,
+                        rel(_reload_time("coordinated", 24.0, gds), serial),
+                        note="the fluid model has no coordinator overhead" if paper > 0 else ""))
+    return rows
+
+
+@dataclass
+class WriteHistory:
+    """Every SSD write of one replay, from the core's ``on_write`` hook."""
+
+    per_key: dict[int, int]
+    e_at_write: list[int]
+    parent_on_ssd: int = 0
+
+    def hook(self, key, node, event, parent_on_ssd: bool) -> None:
+        self.per_key[key] = self.per_key.get(key, 0) + 1
+        self.e_at_write.append(node.E)
+        self.parent_on_ssd += parent_on_ssd
+
+
+def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3, 4)) -> list[dict]:
+    """Why writes rise with theta_E: rewrites, eviction counts at write, orphan writes, GPU load."""
+    import statistics
+
+    from sglang_saria.mem_cache import core as core_mod
+
+    spec = get_model_spec(model)
+    bt = spec.default_block_tokens
+    trace = apply_limits(load_trace(WEKA, bt, max_sessions=sessions))
+    settings = ReplaySettings()
+    starts = session_starts(trace, settings.window_s, 0)
+    out = []
+    for rule in ("paper", "robust"):
+        for policy in ["full-duplicate"] + [f"eviction:E{t}" for t in thetas]:
+            hist = WriteHistory({}, [])
+            cfg = SariaConfig(admission=AdmissionConfig(policy=policy, rule=rule),
+                              metadata=MetadataConfig(block_tokens=bt)).validate()
+            orig_init = core_mod.SariaCore.__init__
+
+            def init(self, *a, _orig=orig_init, _hist=hist, **k):
+                _orig(self, *a, **k)
+                self.on_write = _hist.hook
+
+            core_mod.SariaCore.__init__ = init
+            try:
+                res = replay(trace, starts, cfg, spec, settings)
+            finally:
+                core_mod.SariaCore.__init__ = orig_init
+            n = len(hist.e_at_write)
+            st = res.core.stats
+            out.append({
+                "rule": rule, "policy": policy, "ssd_writes_norm": res.metrics["ssd_writes_norm"],
+                "char": res.metrics["char"], "requests": res.metrics["requests"],
+                "writes": n, "distinct_blocks_written": len(hist.per_key),
+                "rewrite_share": 1 - len(hist.per_key) / n if n else 0.0,
+                "median_E_at_write": statistics.median(hist.e_at_write) if n else 0,
+                "parent_on_ssd_at_write": hist.parent_on_ssd / n if n else 0.0,
+                "writes_never_read": res.metrics["writes_never_read_frac"],
+                "gpu_busy_frac": res.gpu_busy_s / res.end_time_s if res.end_time_s else 0.0,
+                "dram_evictions": st.dram_evictions, "closure_writes": st.closure_writes,
+                "credit_refused": st.credit_refused,
+            })
+    return out
+
+
+def format_mechanism(rows: list[dict]) -> str:
+    cols = ["rule", "policy", "ssd_writes_norm", "char", "requests", "writes", "distinct_blocks_written", "rewrite_share",
+            "median_E_at_write", "parent_on_ssd_at_write", "writes_never_read", "gpu_busy_frac"]
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
+    return "\n".join(out)
+
+
+FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": fig12, "15": fig15, "16": fig16}
+
+
+def format_rows(rows: list[Row]) -> str:
+    """Markdown table (kept in docs/fidelity.md)."""
+    out = ["| fig | claim | paper | replay | same direction | note |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        same = "yes" if r.same_direction else "**no**"
+        if not r.baseline_relative:
+            same = "-"
+        out.append(f"| {r.figure} | {r.claim} | {r.paper:+.1%} | {r.replay:+.1%} | {same} | {r.note} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--figures", default=",".join(FIGURES), help=f"comma-separated subset of {','.join(FIGURES)}")
+    p.add_argument("--sessions", type=int, default=350, help="WEKA sessions (paper: 350)")
+    p.add_argument("--rules", default="robust,paper", help="admission rules for figure 10")
+    p.add_argument("--mechanism", action="store_true", help="also print the write history per theta_E and rule")
+    p.add_argument("--json", dest="json_path", default=None)
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    figs = [f.strip() for f in args.figures.split(",") if f.strip()]
+    unknown = [f for f in figs if f not in FIGURES]
+    if unknown:
+        p.error(f"--figures: unknown {unknown}; known: {', '.join(FIGURES)}")
+    run = Runner(progress=not args.no_progress)
+    rows: list[Row] = []
+    for f in tqdm(figs, desc="figures", disable=args.no_progress):
+        fn = FIGURES[f]
+        if f == "16":
+            rows += fn()
+        elif f == "10":
+            rows += fn(run, args.sessions, tuple(args.rules.split(",")))
+        else:
+            rows += fn(run, args.sessions)
+    print(format_rows(rows))
+    mech = mechanism(args.sessions) if args.mechanism else []
+    if mech:
+        print()
+        print(format_mechanism(mech))
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump({"sessions": args.sessions, "rows": [r.as_dict() for r in rows], "mechanism": mech}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
