@@ -15,6 +15,10 @@ points of `UnifiedRadixCache`:
 - after each write-through, the leaves next in line for host eviction that would
   qualify at that eviction start writing early (prewrite).
 
+Under the robust rule (`admission.rule`, default) a threshold policy never admits more pages
+than were computed (write-through's minimum), as in the core; the core's prefix-closed
+chains and lost-copy evidence are not applied here yet (the store evicts on its own).
+
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
 that returns after eviction keeps its history. Locations are not copied here: DRAM
 is the tree's `host_value`, SSD is the store's index, so nothing can drift.
@@ -31,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
 from sglang_saria.mem_cache.metadata import ContextMetadata
 from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
 
@@ -75,6 +79,9 @@ class SariaHiCachePolicy:
         self.stats = EvictionStats()
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
         self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
+        # robust rule (docs/fidelity.md): a threshold policy never admits more pages than were computed
+        self._capped = config.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
+        self.pages_admitted = 0
         self._metrics = SariaServingMetrics.get()
 
     @property
@@ -87,10 +94,13 @@ class SariaHiCachePolicy:
         if not nodes:
             return False
         self.admission.on_clock(self.clock())
+        if self._capped and self.pages_admitted + len(hashes) > self.metadata.created:
+            return False
         admit = self.admission.should_admit(
             max(n.E for n in nodes) + extra_evictions, max(n.R for n in nodes), event
         )
         if admit:
+            self.pages_admitted += len(hashes)
             self.admission.on_admitted(event, len(hashes) * self.page_bytes)
             self._metrics.admitted(event.value)
             logger.debug("saria: write %d pages to SSD at %s (E=%d R=%d)", len(hashes), event.value,

@@ -134,7 +134,8 @@ def test_budget_policy_admits_within_the_drive_rating_only():
     # 1 DWPD of an 86.4 MB drive earns 1 KB/s; each node is 2 pages of 512 bytes.
     policy = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, page_bytes=512,
                                 ssd_capacity_bytes=86_400_000, clock=lambda: now[0])
-    nodes = [[f"{n:064x}", f"{n + 1000:064x}"] for n in range(40)]
+    # distinct page keys (page_key reads the first 16 hex digits), as SGLang's chained page hashes are
+    nodes = [[f"{n:016x}" + "0" * 48, f"{n + 1000:016x}" + "0" * 48] for n in range(40)]
     for step in range(2000):
         now[0] = step * 0.05
         pages = nodes[step % len(nodes)]
@@ -168,3 +169,20 @@ def test_prewrite_starts_writes_for_leaves_next_in_line_that_would_qualify():
     assert policy.admission.admitted["prewrite"] == 1
     assert prewrite_choice({"policy": "eviction:E2", "prewrite_depth_blocks": 3})[0] == [1, 3]
     assert prewrite_choice({"policy": "eviction:E2", "prewrite": False})[0] == []
+
+
+def test_threshold_policy_never_admits_more_pages_than_were_computed():
+    # E1 rewrites a node at every reclaim while the store keeps losing it (on_ssd stays False)
+    policy = make_policy("eviction:E1")
+    assert policy.on_host_insert(PAGES) is False  # 2 pages computed
+    assert policy.on_host_evict(PAGES) is False  # E+1 = 1 qualifies: write first (2 pages admitted)
+    assert policy.on_host_evict(PAGES) is True  # the deferred reclaim goes
+    policy.on_host_insert(PAGES)  # recomputed: no new pages, so no new write allowance
+    assert policy.on_host_evict(PAGES) is True  # qualifies again, but 2 more pages would pass 2 computed
+    assert policy.pages_admitted == 2
+    paper = SariaHiCachePolicy(SariaConfig.from_dict({"admission": {"policy": "eviction:E1", "rule": "paper"}}),
+                               page_size=16, on_ssd=set().__contains__, clock=lambda: 100.0)
+    paper.on_host_insert(PAGES)
+    assert paper.on_host_evict(PAGES) is False and paper.on_host_evict(PAGES) is True
+    paper.on_host_insert(PAGES)
+    assert paper.on_host_evict(PAGES) is False  # the paper rule writes it again
