@@ -242,11 +242,9 @@ class WriteHistory:
         self.parent_on_ssd += parent_on_ssd
 
 
-def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3, 4)) -> list[dict]:
+def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3)) -> list[dict]:
     """Why writes rise with theta_E: rewrites, eviction counts at write, orphan writes, GPU load."""
     import statistics
-
-    from sglang_saria.mem_cache import core as core_mod
 
     spec = get_model_spec(model)
     bt = spec.default_block_tokens
@@ -254,36 +252,26 @@ def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int
     settings = ReplaySettings()
     starts = session_starts(trace, settings.window_s, 0)
     out = []
-    for rule in ("paper", "robust"):
-        for policy in ["full-duplicate"] + [f"eviction:E{t}" for t in thetas]:
-            hist = WriteHistory({}, [])
-            cfg = SariaConfig(admission=AdmissionConfig(policy=policy, rule=rule),
-                              metadata=MetadataConfig(block_tokens=bt)).validate()
-            orig_init = core_mod.SariaCore.__init__
-
-            def init(self, *a, _orig=orig_init, _hist=hist, **k):
-                _orig(self, *a, **k)
-                self.on_write = _hist.hook
-
-            core_mod.SariaCore.__init__ = init
-            try:
-                res = replay(trace, starts, cfg, spec, settings)
-            finally:
-                core_mod.SariaCore.__init__ = orig_init
-            n = len(hist.e_at_write)
-            st = res.core.stats
-            out.append({
-                "rule": rule, "policy": policy, "ssd_writes_norm": res.metrics["ssd_writes_norm"],
-                "char": res.metrics["char"], "requests": res.metrics["requests"],
-                "writes": n, "distinct_blocks_written": len(hist.per_key),
-                "rewrite_share": 1 - len(hist.per_key) / n if n else 0.0,
-                "median_E_at_write": statistics.median(hist.e_at_write) if n else 0,
-                "parent_on_ssd_at_write": hist.parent_on_ssd / n if n else 0.0,
-                "writes_never_read": res.metrics["writes_never_read_frac"],
-                "gpu_busy_frac": res.gpu_busy_s / res.end_time_s if res.end_time_s else 0.0,
-                "dram_evictions": st.dram_evictions, "closure_writes": st.closure_writes,
-                "credit_refused": st.credit_refused,
-            })
+    setups = [("robust", "full-duplicate")] + [(rule, f"eviction:E{t}") for rule in ("paper", "robust") for t in thetas]
+    for rule, policy in setups:
+        hist = WriteHistory({}, [])
+        cfg = SariaConfig(admission=AdmissionConfig(policy=policy, rule=rule),
+                          metadata=MetadataConfig(block_tokens=bt)).validate()
+        res = replay(trace, starts, cfg, spec, settings, on_write=hist.hook)
+        n = len(hist.e_at_write)
+        st = res.core.stats
+        out.append({
+            "rule": rule, "policy": policy, "ssd_writes_norm": res.metrics["ssd_writes_norm"],
+            "char": res.metrics["char"], "requests": res.metrics["requests"],
+            "writes": n, "distinct_blocks_written": len(hist.per_key),
+            "rewrite_share": 1 - len(hist.per_key) / n if n else 0.0,
+            "median_E_at_write": statistics.median(hist.e_at_write) if n else 0,
+            "parent_on_ssd_at_write": hist.parent_on_ssd / n if n else 0.0,
+            "writes_never_read": res.metrics["writes_never_read_frac"],
+            "gpu_busy_frac": res.gpu_busy_s / res.end_time_s if res.end_time_s else 0.0,
+            "dram_evictions": st.dram_evictions, "closure_writes": st.closure_writes,
+            "credit_refused": st.credit_refused,
+        })
     return out
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
-from sglang_saria.mem_cache.core import SariaCore
+from sglang_saria.mem_cache.core import SariaCore, WriteHook
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.metrics import RequestLog, summarize
 
@@ -97,16 +97,19 @@ def replay(
     settings: ReplaySettings | None = None,
     progress: bool = False,
     label: str | None = None,
+    on_write: WriteHook | None = None,
 ) -> ReplayResult:
     """Replay ``sessions`` (starting at ``start_times``) against one policy configuration.
 
     Deterministic: the same inputs give the same metrics. Ctrl-C stops the replay and
-    returns the partial result with ``interrupted=True``.
+    returns the partial result with ``interrupted=True``. ``on_write`` sees every SSD write
+    the core decides (diagnostics: ``scripts/fidelity.py --mechanism``).
     """
     settings = (settings or ReplaySettings()).validate()
     if len(start_times) != len(sessions):
         raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
     core = SariaCore(cfg, spec)
+    core.on_write = on_write
     coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
     bt = cfg.metadata.block_tokens
     stride = core.metadata.checkpoint_stride
