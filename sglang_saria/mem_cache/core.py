@@ -122,10 +122,11 @@ class SariaCore:
             ssd.bytes_read += self.ckpt_bytes
         # the blocks this request reloads from SSD stay put while it reads them
         reading = frozenset(k for k, src in zip(keys, plan.sources) if src == SSD) if plan.ssd_blocks else frozenset()
+        hbm = set(keys) if reached and self.robust else ()
         for k in reached:
             node = nodes[k]
             if node.fa_loc & DRAM and not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=set(keys))
+                self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=hbm)
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -193,10 +194,10 @@ class SariaCore:
 
         Paper rule: the node alone. Robust rule: total SSD writes stay within the KV content
         computed so far (write-through's minimum); on a hybrid model only checkpoint nodes start
-        a write (a block is reusable only up to a checkpoint); evictions before its last SSD copy
-        was evicted do not count again (a rewrite needs theta_E new ones); and the node is written with
-        every ancestor not yet on SSD (deepest first), so SSD content stays prefix-closed. If an
-        ancestor is on no tier, nothing is written: the block could never be reloaded.
+        a write (a block is reusable only up to a checkpoint); evictions before its last SSD
+        copy was evicted do not count again (a rewrite needs theta_E new ones); and the node is
+        written with every ancestor not yet on SSD (deepest first), so SSD content stays
+        prefix-closed. If an ancestor is on no tier, nothing is written: no request could reload it.
         """
         if not self.robust:
             if not self.admission.should_admit(node.E, node.R, event):
