@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_saria.mem_cache import policy_names
+
 PROMOTION_MODES = ("zero", "half", "full", "saria")
 TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
@@ -78,10 +80,8 @@ class AdmissionConfig:
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
 
     def validate(self, prefix: str = "admission") -> None:
-        from sglang_saria.mem_cache.admission import parse_policy_name
-
         try:
-            parse_policy_name(self.policy)
+            policy_names.parse(self.policy)
         except ValueError as e:
             raise ConfigError(f"{prefix}.policy={self.policy!r}: {e}") from None
         _check(self.rule in ADMISSION_RULES, f"{prefix}.rule", self.rule, f"must be one of {', '.join(ADMISSION_RULES)}")

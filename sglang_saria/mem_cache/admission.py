@@ -5,16 +5,18 @@ A policy is a pure predicate over a node's shared counters at one of four moment
 (write-before-reclaim, reuse-triggered async write, prewrite with ``E + 1``) is the
 core's job; the policy only says whether a node qualifies at that moment.
 
-Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
-and ``budget:<DWPD>`` (the online write-budget controller in ``budget.py``).
+Names (grammar and kind registry: ``policy_names.py``): ``none``, ``full-duplicate``,
+``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``, and ``budget:<DWPD>`` (the online
+write-budget controller in ``budget.py``, which registers itself).
 """
 
 from __future__ import annotations
 
-import re
 from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING
+
+from sglang_saria.mem_cache import policy_names
 
 if TYPE_CHECKING:
     from sglang_saria.config import AdmissionConfig
@@ -118,62 +120,38 @@ class ThresholdAdmission(AdmissionPolicy):
         return E >= self.theta_E
 
 
-_NAME_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
-_BUDGET_RE = re.compile(r"^budget:([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
-
-
 def parse_budget_dwpd(name: str) -> float:
     """DWPD of a ``budget:<DWPD>`` name; raises ValueError for zero, negative or malformed values."""
-    m = _BUDGET_RE.match(name)
-    dwpd = float(m.group(1)) if m else 0.0
-    if not m or dwpd <= 0:
-        raise ValueError(f"admission policy {name!r}: budget:<DWPD> needs a positive number of drive writes per day, e.g. budget:1")
-    return dwpd
+    pn = policy_names.parse(name)
+    if pn.kind != "budget":
+        raise ValueError(f"admission policy {name!r}: not a budget:<DWPD> policy")
+    return pn.dwpd
 
 
 def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:
     """Split a policy name into (kind, theta_E, theta_R); raises ValueError listing the forms."""
-    if name in ("none", "full-duplicate"):
-        return name, None, None
-    if name.startswith("budget:"):
-        parse_budget_dwpd(name)
-        return "budget", None, None
-    m = _NAME_RE.match(name)
-    if not m:
-        raise ValueError(
-            f"unknown admission policy {name!r}; expected none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m> or budget:<DWPD>"
-        )
-    e1, r1, e2, r2 = m.groups()
-    theta_E = int(e1 or e2) if (e1 or e2) else None
-    theta_R = int(r1 or r2) if (r1 or r2) else None
-    for label, v in (("E", theta_E), ("R", theta_R)):
-        if v is not None and v < 1:
-            raise ValueError(f"admission policy {name!r}: threshold {label}{v} must be >= 1")
-    return ("combined" if e2 else "eviction" if e1 else "reuse"), theta_E, theta_R
+    pn = policy_names.parse(name)
+    return pn.kind, pn.theta_E, pn.theta_R
+
+
+@policy_names.register("none", "full-duplicate", "eviction", "reuse", "combined")
+def _make_fixed(pn: policy_names.PolicyName, cfg: "AdmissionConfig | None", ssd_capacity_bytes: int) -> AdmissionPolicy:
+    if pn.kind == "none":
+        return NoAdmission()
+    if pn.kind == "full-duplicate":
+        return FullDuplicate()
+    return ThresholdAdmission(pn.theta_E, pn.theta_R)
 
 
 def make_admission_policy(name: str, cfg: "AdmissionConfig | None" = None, ssd_capacity_bytes: int = 0) -> AdmissionPolicy:
-    """Factory: build a policy from its name (see module docstring).
+    """Factory: build a policy from its name through the kind registry (``policy_names``).
 
     ``budget:<DWPD>`` also reads ``cfg.budget_*`` and needs the drive capacity:
     ``cfg.budget_capacity_bytes``, else ``ssd_capacity_bytes`` (the SSD tier's).
     """
-    kind, theta_E, theta_R = parse_policy_name(name)
-    if kind == "budget":
-        from sglang_saria.config import AdmissionConfig
-        from sglang_saria.mem_cache.budget import BudgetParams, WriteBudgetController
+    pn = policy_names.parse(name)
+    return policy_names.factory_for(pn.kind)(pn, cfg, ssd_capacity_bytes)
 
-        cfg = cfg or AdmissionConfig(policy=name)
-        return WriteBudgetController(BudgetParams(
-            dwpd=parse_budget_dwpd(name),
-            capacity_bytes=cfg.budget_capacity_bytes or ssd_capacity_bytes,
-            horizon_s=cfg.budget_horizon_s,
-            theta_min=cfg.budget_theta_min,
-            theta_max=cfg.budget_theta_max,
-            reuse_offset=cfg.budget_reuse_offset,
-        ))
-    if kind == "none":
-        return NoAdmission()
-    if kind == "full-duplicate":
-        return FullDuplicate()
-    return ThresholdAdmission(theta_E, theta_R)
+
+# budget:<DWPD> registers its factory when imported (it builds on ThresholdAdmission above)
+from sglang_saria.mem_cache import budget as _budget  # noqa: E402,F401

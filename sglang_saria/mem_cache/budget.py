@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sglang_saria.config import AdmissionConfig
+from sglang_saria.mem_cache import policy_names
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
 
 SECONDS_PER_DAY = 86400.0
@@ -114,3 +116,17 @@ class WriteBudgetController(ThresholdAdmission):
         self.theta_E = max(p.theta_min, p.theta_max - math.floor(self.fill * span))
         self.theta_R = self.theta_E + p.reuse_offset if p.reuse_offset else None
         self.reuse_threshold = self.theta_R or 0
+
+
+@policy_names.register("budget")
+def _make_budget(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> WriteBudgetController:
+    """``budget:<DWPD>`` with the ``budget_*`` knobs of ``cfg`` (defaults when None)."""
+    cfg = cfg or AdmissionConfig(policy=f"budget:{pn.dwpd:g}")
+    return WriteBudgetController(BudgetParams(
+        dwpd=pn.dwpd,
+        capacity_bytes=cfg.budget_capacity_bytes or ssd_capacity_bytes,
+        horizon_s=cfg.budget_horizon_s,
+        theta_min=cfg.budget_theta_min,
+        theta_max=cfg.budget_theta_max,
+        reuse_offset=cfg.budget_reuse_offset,
+    ))

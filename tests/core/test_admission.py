@@ -131,3 +131,23 @@ def test_reuse_triggered_write_never_evicts_a_block_the_same_request_reads_from_
         for k, src in zip(keys, plan.sources):
             assert core.metadata.get(k).fa_loc & src, f"planned block {k} lost its source"
         core.finish_request(keys, plan, now)
+
+
+def test_config_validates_policy_names_without_importing_the_policies():
+    """The name grammar is a leaf module: config -> admission -> budget is no longer a cycle."""
+    import subprocess
+    import sys
+
+    code = ("import sys, sglang_saria.config as c; c.AdmissionConfig(policy='budget:2').validate(); "
+            "assert 'sglang_saria.mem_cache.admission' not in sys.modules, 'config imported admission'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_policy_kind_is_registered_once():
+    from sglang_saria.mem_cache import policy_names
+
+    assert policy_names.parse("budget:1.5") == policy_names.PolicyName("budget", dwpd=1.5)
+    with pytest.raises(ValueError, match="already registered"):
+        policy_names.register("eviction")(lambda pn, cfg, cap: None)
+    with pytest.raises(ValueError, match="no registered factory"):
+        policy_names.factory_for("lru")
