@@ -3,10 +3,6 @@ a subprocess on CPU, compiled on a GPU) against numpy, and the value the store r
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +12,6 @@ import torch
 from sglang_saria.kernels.checksum import Lanes, as_int64, digest, lanes, row_digests, verify_rows
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
 
 
 def random_bytes(n: int, seed: int = 0) -> np.ndarray:
@@ -72,18 +67,8 @@ def test_numpy_rows_and_int64_bits():
 
 
 @pytest.fixture(scope="module")
-def interpreter_results() -> dict[str, dict]:
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "checksum_interpreter.py")],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert proc.returncode == 0, f"checksum_interpreter.py failed:\n{proc.stdout}\n{proc.stderr}"
-    return {r["case"]: r for r in map(json.loads, filter(lambda l: l.startswith("{"), proc.stdout.splitlines()))}
+def interpreter_results(run_interpreted) -> dict[str, dict]:
+    return run_interpreted(HERE / "checksum_interpreter.py")
 
 
 def test_subprocess_runs_the_interpreted_kernel(interpreter_results):
