@@ -5,7 +5,8 @@ Both paths read the same stored KV pages from a real Saria store (O_DIRECT files
 device KV pool shaped like SGLang's MHATokenToKVPool (per-layer K/V buffers):
 
 - `staged` (HiCache): store -> host pool pages (page_first_direct, zero-copy reads), then
-  the host -> device copy HiCache runs per layer (`sglang_saria/cpu/kvcacheio.py` on CPU);
+  the host -> device copy (the reloader's host-pool gather: pinned memory over UVA on CUDA,
+  as SGLang's transfer kernels read it; row copies on CPU);
 - `direct` (Saria): store -> staging buffer on the pool's device -> one gather per chunk
   into the pool slots (`storage/device_reload.py`), no host pool involved;
 - `direct+dram`: a plan with half its pages in the host pool and half on SSD, moved in the
@@ -60,7 +61,7 @@ def main() -> int:
                     assert store.put(k, torch.randn(page_bytes // 2).to(torch.bfloat16)).ok
                 slots = torch.arange(PAGE, (n + 1) * PAGE)
                 reloader = DeviceReloader(store.get_async, pools, "page_first_direct", PAGE, page_bytes, host_pool=pools)
-                t_staged = median_seconds(lambda: staged(store, pools, keys, list(range(n)), slots), args.repeats, cuda)
+                t_staged = median_seconds(lambda: staged(store, pools, reloader, keys, list(range(n)), slots), args.repeats, cuda)
                 t_direct = median_seconds(lambda: reloader.load(keys, slots), args.repeats, cuda)
                 half = n // 2
                 host_slots = torch.arange(0, half * PAGE)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_saria.cpu.kvcacheio import transfer_kv_per_layer_direct_pf_lf
 from sglang_saria.hybrid.gather import RowMoves
+from sglang_saria.storage.device_reload import DeviceReloader
 from sglang_saria.storage.store import SariaStore
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -141,17 +141,15 @@ class Pools:
         self.layers = layers
 
 
-def staged(store: SariaStore, pools: Pools, keys: list[str], host_pages: list[int], slots: torch.Tensor) -> None:
-    """HiCache: read each page into its host pool page, then copy host -> device layer by layer."""
+def staged(store: SariaStore, pools: Pools, reloader: DeviceReloader, keys: list[str], host_pages: list[int], slots: torch.Tensor) -> None:
+    """HiCache's path: read each page into its host pool page, then copy host -> device.
+
+    The copy is the reloader's host-pool gather (pinned memory read over UVA on CUDA, as
+    SGLang's transfer kernels do; indexed row copies on CPU), so set against a direct reload
+    through the same reloader only the SSD leg differs: into device memory or into DRAM first.
+    """
     futures = [store.get_async(k, [pools.kv_buffer[0, p].view(-1), pools.kv_buffer[1, p].view(-1)]) for k, p in zip(keys, host_pages)]
     assert all(f.result().ok for f in futures)
     host_slots = torch.cat([torch.arange(PAGE) + p * PAGE for p in host_pages])
-    for layer in range(pools.layers):
-        transfer_kv_per_layer_direct_pf_lf(
-            [pools.kv_buffer[0], pools.kv_buffer[1]], [pools.k_buffer[layer], pools.v_buffer[layer]],
-            host_slots, slots, layer, PAGE,
-        )
-    if slots.device.type == "cuda" or pools.k_buffer[0].is_cuda:
-        torch.cuda.synchronize()
-
-
+    outcome = reloader.load([], slots[:0], host_slots, slots)
+    assert outcome.ok, outcome.reason

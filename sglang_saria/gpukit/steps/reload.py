@@ -87,7 +87,7 @@ def run(ctx: StepContext) -> dict:
         pools = Pools(n, layers, ctx.device)
         slots = torch.arange(PAGE, (n + 1) * PAGE)
         reloader = DeviceReloader(store.get_async, pools, "page_first_direct", PAGE, page_bytes, host_pool=pools)
-        t_staged = median_seconds(lambda: staged(store, pools, keys, list(range(n)), slots), repeats, ctx.cuda)
+        t_staged = median_seconds(lambda: staged(store, pools, reloader, keys, list(range(n)), slots), repeats, ctx.cuda)
         check(pool_holds(pools, slots, pages), "host-staged reload: pool slots differ from the stored pages")
         clear(pools)
         t_direct = median_seconds(lambda: check(reloader.load(keys, slots).ok, "direct reload failed"), repeats, ctx.cuda)
