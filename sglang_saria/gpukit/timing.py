@@ -27,3 +27,8 @@ def median_seconds(fn: Callable[[], object], repeats: int, cuda: bool, warmup: i
 
 def gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9 if seconds > 0 else float("inf")
+
+
+def sig(value: float, digits: int = 3) -> float:
+    """``value`` to ``digits`` significant figures (a tiny CPU rate must not print as 0.0)."""
+    return float(f"{value:.{digits}g}")

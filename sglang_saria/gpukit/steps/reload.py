@@ -17,7 +17,7 @@ import torch
 from sglang_saria.config import BandwidthConfig
 from sglang_saria.gpukit.steps.common import StepContext, check, require_cuda
 from sglang_saria.gpukit.steps.store import open_store
-from sglang_saria.gpukit.timing import gbps, median_seconds
+from sglang_saria.gpukit.timing import gbps, median_seconds, sig
 from sglang_saria.gpukit.workloads import PAGE, Pools, staged
 from sglang_saria.mem_cache.coordinator import RealTimePacer, TransferCoordinator
 from sglang_saria.storage.device_reload import DeviceReloader
@@ -67,8 +67,8 @@ def paced_reload(reloader: DeviceReloader, keys: list[str], slots: torch.Tensor,
     model = TransferCoordinator.single_request_time(bw, MODE, dram_bytes, ssd_bytes)
     ssd_floor = ssd_bytes / (min(bw.gds_gbps, bw.ingress_gbps) * 1e9)
     check(wall >= 0.98 * ssd_floor, f"SSD reads ran ahead of the pacer: {wall:.4f} s < model SSD time {ssd_floor:.4f} s")
-    return {"paced_wall_s": round(wall, 4), "model_s": round(model, 4), "wall_vs_model": round(wall / model, 3),
-            "pacer_slept_s": round(pacer.slept_s, 4)}
+    return {"paced_wall_s": sig(wall), "model_s": sig(model), "wall_vs_model": sig(wall / model),
+            "pacer_slept_s": sig(pacer.slept_s)}
 
 
 def run(ctx: StepContext) -> dict:
@@ -100,7 +100,7 @@ def run(ctx: StepContext) -> dict:
     total = n * page_bytes
     figures.update(
         pages=n, page_mib=page_bytes / 2**20, engine=ctx.engine,
-        staged_gbps=round(gbps(total, t_staged), 3), direct_gbps=round(gbps(total, t_direct), 3),
-        direct_vs_staged=round(t_staged / t_direct, 3), ssd_to_device_gbps=round(gds, 3), h2d_gbps=round(h2d, 3),
+        staged_gbps=sig(gbps(total, t_staged)), direct_gbps=sig(gbps(total, t_direct)),
+        direct_vs_staged=sig(t_staged / t_direct), ssd_to_device_gbps=sig(gds), h2d_gbps=sig(h2d),
     )
     return figures

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from sglang_saria.gpukit.steps.common import StepContext, check, drop_page_cache, kvikio_mode, random_bytes, require_cuda
-from sglang_saria.gpukit.timing import gbps, median_seconds
+from sglang_saria.gpukit.timing import gbps, median_seconds, sig
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.store import GetStatus, SariaStore
 
@@ -102,10 +102,10 @@ def run(ctx: StepContext) -> dict:
             o_direct=[store.engine.direct(j) for j in range(DIRS)],
             objects=objects,
             object_mib=object_bytes / 2**20,
-            write_gbps=round(gbps(objects * object_bytes, write_s), 3),
-            read_gbps=round(gbps(objects * object_bytes, read_s), 3),
-            raw_read_gbps=round(gbps(objects * object_bytes, raw_s), 3),
-            read_vs_raw=round(raw_s / read_s, 3),
+            write_gbps=sig(gbps(objects * object_bytes, write_s)),
+            read_gbps=sig(gbps(objects * object_bytes, read_s)),
+            raw_read_gbps=sig(gbps(objects * object_bytes, raw_s)),
+            read_vs_raw=sig(raw_s / read_s),
         )
         figures["corrupt_detected"] = corrupt_read_is_refused(store, keys[0], dst[0])
     return figures
