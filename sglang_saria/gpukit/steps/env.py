@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import os
 import platform
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,6 +23,20 @@ KIT_MODULES = (
 )
 
 
+def o_direct_supported(directory: Path) -> bool:
+    """Whether the store's files can be opened O_DIRECT where the kit puts them (GDS needs it;
+    tmpfs refuses it, and then kvikio can only run in compat mode). SARIA_KIT_DIR moves them."""
+    probe = directory / "o_direct.probe"
+    probe.write_bytes(bytes(4096))
+    try:
+        os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.unlink()
+
+
 def run(ctx: StepContext) -> dict:
     import triton
 
@@ -33,6 +49,7 @@ def run(ctx: StepContext) -> dict:
         "triton": triton.__version__,
         "numpy": np.__version__,
         "modules_import_without_sglang": len(KIT_MODULES),
+        "store_dir_o_direct": o_direct_supported(ctx.workdir),
     }
     if ctx.dry_run:
         ctx.log("dry run: on a GPU host this step reports the GPU and kvikio's GDS or compat mode")
