@@ -62,17 +62,20 @@ class _IndexTerms:
     """``2i + 1`` and ``i * PHI`` (uint32) for i < _TABLE_WORDS, built once: slices are free views."""
 
     def __init__(self) -> None:
-        self._odd: np.ndarray | None = None
-        self._phi: np.ndarray | None = None
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None  # one attribute: set atomically
+
+    @staticmethod
+    def _build(start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        i = np.arange(start, start + n, dtype=np.uint64).astype(np.uint32)
+        return i * np.uint32(2) + np.uint32(1), i * np.uint32(PHI)
 
     def get(self, start: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         if start + n > _TABLE_WORDS:
-            i = np.arange(start, start + n, dtype=np.uint64).astype(np.uint32)
-            return i * np.uint32(2) + np.uint32(1), i * np.uint32(PHI)
-        if self._odd is None:
-            i = np.arange(_TABLE_WORDS, dtype=np.uint32)
-            self._odd, self._phi = i * np.uint32(2) + np.uint32(1), i * np.uint32(PHI)
-        return self._odd[start : start + n], self._phi[start : start + n]
+            return self._build(start, n)
+        if self._tables is None:  # write workers may race here: each builds the same tables
+            self._tables = self._build(0, _TABLE_WORDS)
+        odd, phi = self._tables
+        return odd[start : start + n], phi[start : start + n]
 
 
 _TERMS = _IndexTerms()

@@ -26,6 +26,12 @@ def test_lanes_of_word_aligned_ranges_add_up_to_the_digest(cuts):
     assert sum(parts, Lanes()).digest == digest(data)
 
 
+def test_objects_beyond_the_cached_index_terms_agree_with_the_cached_part():
+    data = random_bytes(9 << 20, seed=6)  # past the 8 MiB of cached terms
+    head, tail = lanes([data[: 4 << 20]], 0), lanes([data[4 << 20 :]], 4 << 20)
+    assert (head + tail).digest == digest(data)
+
+
 def test_pieces_that_split_a_word_give_the_same_lanes():
     data = random_bytes(1003, seed=1)
     assert lanes([data[:5], data[5:998], data[998:]], 0) == lanes([data], 0)
