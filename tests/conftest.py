@@ -3,6 +3,9 @@ and one factory of real SGLang servers on CPU for every end-to-end test."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -115,3 +118,25 @@ def cold_run(start_server) -> Iterator[Callable[[list[int]], dict]]:
 def cold_hybrid_run(start_hybrid_server) -> Iterator[Callable[[list[int]], dict]]:
     """The same for the hybrid model."""
     yield from _cold_runs(start_hybrid_server)
+
+
+@pytest.fixture(scope="session")
+def run_interpreted():
+    """run_interpreted(script) -> {case: result}: run a check script in a fresh Python with
+    TRITON_INTERPRET=1 (it only takes effect before triton is imported, which this process may
+    have done) and collect the JSON object it prints per line, keyed by its "case"."""
+
+    def run(script: Path) -> dict[str, dict]:
+        env = {
+            **os.environ,
+            "TRITON_INTERPRET": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.run(
+            [sys.executable, str(script)], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+        )
+        assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout}\n{proc.stderr}"
+        results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return {r["case"]: r for r in results}
+
+    return run

@@ -7,10 +7,6 @@ as raw uint16, which a tolerance check could hide).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,29 +16,13 @@ from tests.hybrid_gather.gather_cases import bit_exact, make_reload_case
 from sglang_saria.hybrid.gather import GatherPlan, gather_mixed, gather_mixed_reference
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
 DTYPE_LABELS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @pytest.fixture(scope="module")
-def interpreter_results() -> dict[str, dict]:
-    """Run interpreter_check.py once with TRITON_INTERPRET=1 set before triton is imported."""
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "interpreter_check.py")],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"interpreter_check.py failed:\n{proc.stdout}\n{proc.stderr}"
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {r["case"]: r for r in results}
+def interpreter_results(run_interpreted) -> dict[str, dict]:
+    """interpreter_check.py's results, run once with TRITON_INTERPRET=1 set before triton is imported."""
+    return run_interpreted(HERE / "interpreter_check.py")
 
 
 def test_every_case_ran_the_kernel_under_the_interpreter(interpreter_results: dict[str, dict]) -> None:
