@@ -202,6 +202,15 @@ class SGLangServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return response.read().decode()
 
+    def wait_storage_writes(self, timeout_s: float = 120.0) -> None:
+        """Wait until the saria store has acknowledged every write HiCache requested, as
+        an agent's next turn finds it after its think time (WEKA: 154 s mean gap)."""
+        deadline = time.monotonic() + timeout_s
+        while saria_metrics(self.metrics()).get("sglang:saria_storage_writes_in_flight", 0):
+            if time.monotonic() > deadline:
+                raise ServerError(f"store writes still in flight after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
     def flush_cache(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
 

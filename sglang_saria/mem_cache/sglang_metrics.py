@@ -56,6 +56,11 @@ class SariaServingMetrics:
             "Moved pages whose bytes differ from what left the device, by path and pool",
             ["path", "pool"],
         )
+        self._writes_in_flight = Gauge(
+            "sglang:saria_storage_writes_in_flight",
+            "Node writes to the SSD store requested by HiCache and not yet acknowledged",
+            multiprocess_mode="mostrecent",
+        )
         self._tree_pages = Gauge(
             "sglang:saria_tree_pages", "Pages of the radix tree held by each tier, at the last audit", ["tier"],
             multiprocess_mode="mostrecent",
@@ -99,3 +104,6 @@ class SariaServingMetrics:
         self._kv_audit_pages.labels(path=path, pool=pool).inc(pages)
         if errors:
             self._kv_audit_errors.labels(path=path, pool=pool).inc(errors)
+
+    def storage_writes_in_flight(self, writes: int) -> None:
+        self._writes_in_flight.set(writes)

@@ -91,6 +91,7 @@ class SariaRadixCache(UnifiedRadixCache):
         # Installed once the storage backend is attached (after this constructor).
         self._kv_audit: Optional[KVAudit] = None
         self._kv_audit_pending = kv_audit_enabled()
+        self._writes_in_flight = 0
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -430,6 +431,9 @@ class SariaRadixCache(UnifiedRadixCache):
         for node_id, lock_params in locks:
             self.dec_lock_ref(node_id, lock_params)
         super().check_hicache_events()
+        if len(self.ongoing_backup) != self._writes_in_flight:
+            self._writes_in_flight = len(self.ongoing_backup)
+            self._metrics.storage_writes_in_flight(self._writes_in_flight)
         if self._audit and getattr(self._backend(), "saria_policy", None) is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (

@@ -40,7 +40,10 @@ def serve(start_server, requests, policy: str, data_dir):
     # Every scheduler step audits the tree's locations against the pools and the store,
     # and every page that moves is checked byte for byte.
     with start_server(args, env=AUDIT_ENV) as server:
-        results = [server.generate(r) for r in requests]
+        results = []
+        for prompt in requests:
+            results.append(server.generate(prompt))
+            server.wait_storage_writes()  # turns of an agent session are seconds apart
         metrics = saria_metrics(server.metrics())
     return results, metrics
 
@@ -100,3 +103,5 @@ def test_tree_locations_agree_with_pools_and_store_throughout(request, run):
     assert metrics["sglang:saria_tier_audits_total"] >= len(request.getfixturevalue("requests"))
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
     assert metrics["sglang:saria_tree_pages/host"] > 0
+    # The gauge the scenario waits on between turns (launcher.wait_storage_writes) is live.
+    assert metrics["sglang:saria_storage_writes_in_flight"] == 0

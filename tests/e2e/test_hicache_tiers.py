@@ -14,12 +14,12 @@ A store whose pages fail their checksum makes the reload fall back to recomputat
 Lazy partial promotion keeps a share of an SSD reload in host memory, and a later reload
 of that prefix takes the promoted share from DRAM and the rest from SSD in one plan.
 Each scenario has its own server and store; the restart and corruption scenarios start
-from a copy of the store the session scenario filled.
+from the store exactly as the session scenario left it (restored at its own path, which
+the store's index records).
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +35,7 @@ from sglang_saria.launcher import (
     saria_metrics,
 )
 from sglang_saria.storage.layout import SLAB_NAME
+from tests.kept_store import KeptStore
 
 pytestmark = pytest.mark.e2e
 
@@ -70,6 +71,7 @@ def run_steps(start_server, cold_run, store: Path, steps, direct_reload: bool = 
     with start_server(hicache_args(store, direct_reload), env=AUDIT_ENV) as server:
         for what, prompt, expected_tiers in steps:
             result = server.generate(prompt)
+            server.wait_storage_writes()
             if expected_tiers is not None:
                 assert cached_tokens(result) == expected_tiers, what
                 assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
@@ -82,11 +84,9 @@ def direct_session(start_server, cold_run, tmp_path_factory) -> Run:
     return run_steps(start_server, cold_run, tmp_path_factory.mktemp("store-direct"), SESSION)
 
 
-def copy_of_store(run: Run, tmp_path: Path) -> Path:
-    """A private copy of a scenario's store (the original stays as that scenario left it)."""
-    copy = tmp_path / "store"
-    shutil.copytree(run.store, copy)
-    return copy
+@pytest.fixture(scope="module")
+def direct_session_store(direct_session) -> KeptStore:
+    return KeptStore(direct_session.store)
 
 
 def test_session_prefix_reloads_from_host_then_straight_from_storage(direct_session):
@@ -112,8 +112,8 @@ def test_host_staged_reload_takes_storage_hits_through_host_memory(start_server,
     assert_kv_audit_clean(metrics, ("device_to_host", "host_to_device", "host_to_ssd", "ssd_to_host"))
 
 
-def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_run, direct_session, tmp_path):
-    store = copy_of_store(direct_session, tmp_path)
+def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_run, direct_session_store):
+    store = direct_session_store.restored()
     with start_server(hicache_args(store), env=AUDIT_ENV) as server:
         result = server.generate(TURN_2)
         metrics = saria_metrics(server.metrics())
@@ -124,8 +124,8 @@ def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_
     assert kv_audit_pages(metrics, "ssd_to_device") == 20
 
 
-def test_corrupt_store_pages_fall_back_to_recomputation(start_server, cold_run, direct_session, tmp_path):
-    store = copy_of_store(direct_session, tmp_path)
+def test_corrupt_store_pages_fall_back_to_recomputation(start_server, cold_run, direct_session_store):
+    store = direct_session_store.restored()
     slabs = list(store.rglob(SLAB_NAME))
     assert slabs, "the session scenario left no slab file"
     for slab in slabs:  # every stored page now fails its checksum on read

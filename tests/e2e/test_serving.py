@@ -57,6 +57,6 @@ def test_port_in_use_is_named(tiny_model):
     ids=["ratio-outside-0-1", "no-data-dir"],
 )
 def test_bad_saria_extra_config_stops_the_server_naming_it(tiny_model, extra, message):
-    config = ServerConfig(tiny_model, args=saria_hicache_args(extra), startup_timeout_s=120)
+    config = ServerConfig(tiny_model, args=saria_hicache_args(extra))
     with pytest.raises(ServerError, match=message):
         SGLangServer(config).start()

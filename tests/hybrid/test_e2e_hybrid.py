@@ -8,9 +8,7 @@ between device, host and store byte for byte."""
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,6 +24,7 @@ from sglang_saria.launcher import (
 )
 from sglang_saria.storage.hicache_backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
+from tests.kept_store import KeptStore
 
 pytestmark = pytest.mark.e2e
 
@@ -87,7 +86,7 @@ def test_cold_server_matches_transformers(cold_hybrid_run, hybrid_model):
 @dataclass
 class Session:
     metrics: dict[str, float]
-    store: Path
+    store: KeptStore
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +108,18 @@ def tiers_session(start_hybrid_server, cold_hybrid_run, tmp_path_factory) -> Ses
     with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         for what, prompt, expected_tiers in steps:
             result = server.generate(prompt)
+            server.wait_storage_writes()
             if expected_tiers is not None:
                 assert cached_tokens(result) == expected_tiers, what
                 assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
             assert_matches_cold(result, cold_hybrid_run(prompt), what)
-        return Session(saria_metrics(server.metrics()), store)
+        metrics = saria_metrics(server.metrics())
+    return Session(metrics, KeptStore(store))
 
 
 def test_mamba_prefix_reuse_across_device_host_and_storage(tiers_session):
     metrics = tiers_session.metrics
-    assert stored_pools(tiers_session.store) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
+    assert stored_pools(tiers_session.store.path) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
     assert metrics["sglang:saria_tier_audits_total"] > 0
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
     assert metrics["sglang:saria_tree_pages/host"] > 0
@@ -128,11 +129,10 @@ def test_mamba_prefix_reuse_across_device_host_and_storage(tiers_session):
         assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
 
 
-def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold_hybrid_run, tiers_session, tmp_path):
+def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold_hybrid_run, tiers_session):
     """A fresh server has no device or host state: a storage hit can only be right if the
     GDN conv/SSM states were written to and read back from the store."""
-    store = tmp_path / "store"
-    shutil.copytree(tiers_session.store, store)
+    store = tiers_session.store.restored()
     with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         result = server.generate(TURN_2)
         metrics = saria_metrics(server.metrics())
