@@ -43,7 +43,6 @@ HOST_TO_DEVICE = "host_to_device"  # HiCache load-back, the DRAM part of a direc
 HOST_TO_SSD = "host_to_ssd"  # store write of a host page
 SSD_TO_HOST = "ssd_to_host"  # HiCache prefetch into the host pool
 SSD_TO_DEVICE = "ssd_to_device"  # direct reload
-PATHS = (DEVICE_TO_HOST, HOST_TO_DEVICE, HOST_TO_SSD, SSD_TO_HOST, SSD_TO_DEVICE)
 
 
 def audit_enabled() -> bool:

@@ -52,8 +52,9 @@ def load(device, host, host_slots, device_slots) -> None:
         host.load_to_device_per_layer(device, host_slots, device_slots, layer, "direct")
 
 
-def flip_one_byte(tensor: torch.Tensor, index: int) -> None:
-    tensor.view(-1).view(torch.uint8)[index] ^= 0x01
+def flip_one_byte(row: torch.Tensor, byte: int = 0) -> None:
+    """Flip one bit of one byte of ``row`` (a view into a pool buffer), in place."""
+    row.view(torch.uint8).view(-1)[byte] ^= 0x01
 
 
 @pytest.fixture(params=CPU_LAYOUTS)
@@ -105,14 +106,12 @@ def test_one_flipped_byte_in_the_host_pool_is_caught_when_the_page_reloads(pools
     backup(device, host, pages(host, 3, 4), pages(device, 2, 4))
     audit.device_to_host("kv", pages(host, 3, 4), pages(device, 2, 4))
     # One byte of the third host page (layer 1, V), after it left the device.
-    host_rows = audit.pools["kv"].host(pages(host, 5, 1))
-    assert len(host_rows) == 4
     index = int(pages(host, 5, 1)[7])
     layer1_v = {"layer_first": host.kv_buffer[1, 1], "page_first": host.kv_buffer[1][:, 1]}.get(host.layout)
     if layer1_v is None:  # page_first_direct: [2, page, layer, token in page, head, dim]
-        host.kv_buffer[1, index // PAGE, 1, index % PAGE].view(torch.uint8).view(-1)[3] ^= 0x01
+        flip_one_byte(host.kv_buffer[1, index // PAGE, 1, index % PAGE], 3)
     else:
-        layer1_v[index].view(torch.uint8).view(-1)[3] ^= 0x01
+        flip_one_byte(layer1_v[index], 3)
     load(device, host, pages(host, 3, 4), pages(device, 20, 4))
     audit.host_to_device("kv", pages(host, 3, 4), pages(device, 20, 4))
     assert counts.by_path[HOST_TO_DEVICE] == [4, 1]
@@ -140,7 +139,7 @@ def test_store_round_trips_are_checked_and_a_flipped_byte_after_a_store_read_is_
     assert counts.by_path[SSD_TO_HOST] == [3, 0]
 
     # The host copy read from the store is corrupted before HiCache loads it to the device.
-    host.kv_buffer[0, 11, 0, 0].view(torch.uint8).view(-1)[0] ^= 0x80  # page 11, layer 0, K
+    flip_one_byte(host.kv_buffer[0, 11, 0, 0])  # page 11, layer 0, first token, K
     load(device, host, pages(host, 10, 3), pages(device, 10, 3))
     audit.host_to_device("kv", pages(host, 10, 3), pages(device, 10, 3))
     assert counts.by_path[HOST_TO_DEVICE] == [3, 1]
@@ -164,7 +163,7 @@ def test_direct_reload_into_the_device_pool_is_checked_also_after_a_restart(back
     again.store_to_device("kv", keys, pages(device, 20, 4))
     assert restarted.by_path == {SSD_TO_DEVICE: [4, 0]}
 
-    flip_one_byte(device.k_buffer[1], int(pages(device, 22, 1)[5]) * device.k_buffer[1][0].numel() * 2)
+    flip_one_byte(device.k_buffer[1][int(pages(device, 22, 1)[5])], 17)
     again.store_to_device("kv", keys, pages(device, 20, 4))
     assert restarted.by_path[SSD_TO_DEVICE] == [8, 1]
 
@@ -187,7 +186,7 @@ def test_mamba_states_are_audited_slot_by_slot():
     host_slots, device_slots = torch.tensor([4, 6]), torch.tensor([1, 7])
     host.backup_from_device_all_layer(None, host_slots, device_slots, "direct")
     audit.device_to_host("mamba", host_slots, device_slots)
-    host.temporal_buffer[6].view(torch.uint8).view(-1)[11] ^= 0x04
+    flip_one_byte(host.temporal_buffer[6], 11)
     for layer in range(3):
         host.load_to_device_per_layer(None, host_slots, torch.tensor([2, 3]), layer, "direct")
     audit.host_to_device("mamba", host_slots, torch.tensor([2, 3]))
