@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sglang_saria.mem_cache.metadata import ROOT
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 THRESHOLD_POLICIES = ["eviction:E2", "eviction:E3", "eviction:E5", "reuse:R2", "combined:E2R3"]
 
