@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 # Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
+# The tiny models carry a local tokenizer (scripts/make_tiny_models.py): text, chat and
+# token-id requests all work.
 CPU_FLAGS = (
     "--device", "cpu",
-    "--skip-tokenizer-init",
     "--attention-backend", "torch_native",
     "--cuda-graph-backend-decode", "disabled",
     "--cuda-graph-backend-prefill", "disabled",
