@@ -28,7 +28,7 @@ from sglang_saria.launcher import SGLangServer, ServerConfig, saria_hicache_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
-POOLS = ["--page-size", "16", "--max-total-tokens", "2048", "--dtype", "bfloat16", "--enable-cache-report"]
+POOLS = ["--page-size", "16", "--max-total-tokens", "1536", "--dtype", "bfloat16", "--enable-cache-report"]
 
 
 @dataclass
@@ -119,14 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--data-dir", type=Path, default=None, help="saria store folder (default: a temp dir)")
     parser.add_argument("--admission", default="eviction:E2", help="admission policy (default eviction:E2)")
-    parser.add_argument("--sessions", type=int, default=4, help="concurrent agent sessions (default 4)")
+    parser.add_argument("--sessions", type=int, default=6, help="concurrent agent sessions (default 6)")
     parser.add_argument("--rounds", type=int, nargs=2, default=(4, 2), metavar=("BEFORE", "AFTER"),
                         help="turns per session before and after the restart (default 4 2)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "demo", help="plot, metrics and logs")
     args = parser.parse_args(argv)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    sessions = agent_sessions(args.sessions, tool_chars=160)
+    sessions = agent_sessions(args.sessions, tool_chars=100)
     results: list[TurnResult] = []
     metrics: list[dict[str, float]] = []
     started = time.monotonic()

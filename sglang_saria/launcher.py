@@ -32,18 +32,24 @@ CPU_FLAGS = (
 )
 
 
-def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
-    """Flags serving HiCache with the saria store and metrics; ``extra_config`` is the
-    extra-config JSON (store keys, policy sections). Storage prefetch (the host-staged
-    path) waits for completion, so storage hits are taken deterministically."""
+def hicache_args(backend: str, extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
+    """Flags serving HiCache (write-through, SGLang's default) with storage `backend` and
+    metrics; storage prefetch (the host-staged path) waits for completion, so storage hits
+    are taken deterministically. Stock backends (e.g. `file`) take the same flags."""
     return [
         "--enable-metrics",
         "--enable-hierarchical-cache",
         "--hicache-ratio", str(hicache_ratio),
-        "--hicache-storage-backend", "saria",
+        "--hicache-storage-backend", backend,
         "--hicache-storage-prefetch-policy", "wait_complete",
         "--hicache-storage-backend-extra-config", json.dumps(extra_config),
     ]
+
+
+def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
+    """HiCache with the saria store; ``extra_config`` is the extra-config JSON (store keys,
+    policy sections)."""
+    return hicache_args("saria", extra_config, hicache_ratio)
 
 
 class ServerError(RuntimeError):

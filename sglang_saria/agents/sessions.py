@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-SYSTEM_PROMPT = (
-    "You are a coding agent in a Python repository. Read files before editing them, run the "
-    "tests after every change, keep answers short.\n"
-)
+SYSTEM_PROMPT = "You are a coding agent in a Python repository. Read files before editing them.\n"
 
 TOOLS = [
     {
@@ -27,7 +24,6 @@ TOOLS = [
     }
     for name, description in (
         ("read_file", "Read a file."),
-        ("run_tests", "Run pytest on a file."),
     )
 ]
 

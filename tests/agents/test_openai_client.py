@@ -120,7 +120,7 @@ def scenario(start_chat_server, tmp_path_factory) -> Scenario:
 
 def test_multi_turn_chat_reports_cached_tokens_from_turn_2_on(scenario):
     first, *later = scenario.turns
-    assert first.cached_tokens == 0 and first.prompt_tokens > 500
+    assert first.cached_tokens == 0 and first.prompt_tokens > 300
     previous = first
     for turn, report in enumerate(later, start=2):
         # The whole previous prompt (whole pages of it) comes back from the cache.
@@ -131,8 +131,8 @@ def test_multi_turn_chat_reports_cached_tokens_from_turn_2_on(scenario):
 
 def test_streaming_chat_reports_usage_and_cached_tiers(scenario):
     text, report = scenario.streamed
-    # The second session shares the system prompt and tools with the first.
-    assert report.prompt_tokens > 500 and report.cached_tokens >= 500
+    # The second session shares the system prompt and tools (~290 tokens) with the first.
+    assert report.prompt_tokens > 300 and report.cached_tokens >= 256
     assert sum(report.tiers.values()) == report.cached_tokens
 
 
@@ -153,7 +153,7 @@ def test_bad_input_gets_a_clear_error(scenario, case):
 
 
 def test_server_keeps_serving_after_bad_input(scenario):
-    assert scenario.after_bad.prompt_tokens > 500 and scenario.after_bad.cached_tokens > 0
+    assert scenario.after_bad.prompt_tokens > 300 and scenario.after_bad.cached_tokens > 0
 
 
 def test_restart_between_turns_keeps_the_ssd_hits(scenario):
