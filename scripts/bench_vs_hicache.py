@@ -72,6 +72,7 @@ def file_bytes(folder: Path) -> int:
 
 
 def run_one(config: str, model: Path, dataset: list[str], work: Path) -> Run:
+    work.mkdir(parents=True, exist_ok=True)
     store = work / "store"
     log = work / "server.log"
     with SGLangServer(ServerConfig(model, args=POOLS + server_args(config, store), log_path=log)) as server:
@@ -118,6 +119,7 @@ def main() -> int:
 
     model = args.model or build(FULL_ATTENTION, REPO / "models")
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="saria-vs-hicache-"))
+    work.mkdir(parents=True, exist_ok=True)
     conversations = weka_conversations(turns=args.turns, max_chars=args.max_chars, weka=args.weka)
     trace = write_agentic_trace(work / "weka-agentic.json", conversations)
     dataset = ["--dataset-name", "agentic-trace", "--dataset-path", str(trace),

@@ -6,6 +6,10 @@ tool schemas; each turn appends the model's reply, a tool call and the tool's re
 growing history. The sessions take turns concurrently, so with small pools one session's
 history is pushed out of the device (and host memory) by the others and comes back from
 DRAM or from the SSD store. Halfway the server restarts on the same store (warm SSD).
+The demo writes every page to the store (`full-duplicate`), so the restart finds every
+session's history there; saria's default `eviction:E2` persists a node only at its second
+DRAM eviction, which a few short turns rarely reach (`--admission eviction:E2` shows it;
+scripts/bench_vs_hicache.py measures what E2 saves on a longer agent workload).
 Per turn: SGLang's own cache report (`--enable-cache-report`: usage.prompt_tokens_details,
 split by tier in sglext.cached_tokens_details) and the request's latency.
 """
@@ -28,7 +32,7 @@ from sglang_saria.launcher import SGLangServer, ServerConfig, saria_hicache_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
-POOLS = ["--page-size", "16", "--max-total-tokens", "1536", "--dtype", "bfloat16", "--enable-cache-report"]
+POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16", "--enable-cache-report"]
 
 
 @dataclass
@@ -118,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--data-dir", type=Path, default=None, help="saria store folder (default: a temp dir)")
-    parser.add_argument("--admission", default="eviction:E2", help="admission policy (default eviction:E2)")
-    parser.add_argument("--sessions", type=int, default=6, help="concurrent agent sessions (default 6)")
-    parser.add_argument("--rounds", type=int, nargs=2, default=(4, 2), metavar=("BEFORE", "AFTER"),
-                        help="turns per session before and after the restart (default 4 2)")
+    parser.add_argument("--admission", default="full-duplicate",
+                        help="admission policy (default full-duplicate; see the module docstring)")
+    parser.add_argument("--sessions", type=int, default=4, help="concurrent agent sessions (default 4)")
+    parser.add_argument("--rounds", type=int, nargs=2, default=(3, 2), metavar=("BEFORE", "AFTER"),
+                        help="turns per session before and after the restart (default 3 2)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "demo", help="plot, metrics and logs")
     args = parser.parse_args(argv)
 
