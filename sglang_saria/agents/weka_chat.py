@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 from sglang_saria.replay.agent_prompts import SESSIONS, weka_dir
-from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.loaders.weka import load_weka_file
 
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 # Eight concurrent agents: the four of agent_prompts.SESSIONS and four more (sub-agents too).
@@ -47,7 +47,8 @@ def weka_conversations(
 ) -> list[list[dict]]:
     """One conversation per session: turns of `{"messages": [...], "prompt_tokens": n}`."""
     path = weka or weka_dir()
-    loaded = {s.session_id: s for s in load_trace(f"weka:{path}", block_tokens=64, max_sessions=len(sessions) + 4)}
+    files = sorted({path / f"{name.split('/')[0]}.json.gz" for name in sessions})
+    loaded = {s.session_id: s for f in files if f.exists() for s in load_weka_file(f, 64)}
     missing = [name for name in sessions if name not in loaded]
     if missing:
         raise ValueError(f"WEKA sessions {missing} not found in {path}")
