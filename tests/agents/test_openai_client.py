@@ -26,7 +26,7 @@ from sglang_saria.agents.report import CACHE_DETAILS, CacheReport
 from sglang_saria.agents.sessions import TOOLS, agent_sessions
 from sglang_saria.launcher import SGLangServer, saria_metrics
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
 
 PAGE = 16
 TOO_LONG = "x" * 9000  # 9000 tokens with the byte-level tokenizer; the context is 8192
