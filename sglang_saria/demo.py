@@ -90,7 +90,8 @@ def plot_turns(results: list[TurnResult], path: Path) -> None:
     restart = next((i for i, r in enumerate(results) if r.server == 2), None)
     if restart is not None:
         ax.axvline(restart - 0.5, color="black", linestyle="--", label="server restart")
-    ax.set_xlabel("turn (all sessions, in order)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("request (all sessions' turns, in order)")
     ax.set_ylabel("prompt tokens")
     ax.set_title("where each agent turn's prompt was found", fontsize=9)
     save_figure(fig, ax, path, legend_loc="upper left")
