@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 MODELS := models/qwen3-tiny/config.json models/qwen3.5-tiny-hybrid/config.json
 
-.PHONY: setup models demo test check-patches clean
+.PHONY: setup models demo test test-fast check-patches clean
 
 setup:
 	@bash scripts/setup.sh
@@ -18,6 +18,9 @@ demo: models
 
 test: models
 	@$(PY) -m pytest tests -q
+
+test-fast: models  # everything but the real-server (e2e) tests
+	@$(PY) -m pytest tests -q -m "not e2e"
 
 check-patches: setup
 	@$(PY) scripts/apply_patches.py --check

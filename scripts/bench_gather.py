@@ -15,17 +15,15 @@ engine) and pages in the host pool (DRAM); each request also reloads one GDN che
 
 Prints medians and ratios against `reference` measured in the same run.
 `--check` also compares every method bit-exactly and exits 1 on any mismatch
-(scripts/gpu_check_gather.sh uses it on GPU hosts).
+(the GPU kit, scripts/gpu_kit.sh, runs the same checks on fp16/bf16/fp32).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,134 +31,16 @@ from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
+from sglang_saria.gpukit.workloads import ModelShape, build_workload, per_group, row_loop, same_bits, snapshot  # noqa: E402
 from sglang_saria.hybrid.gather import (  # noqa: E402
     GatherPlan,
-    RowMoves,
     gather_mixed,
     gather_mixed_reference,
     triton_interpreted,
 )
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-_BITS = {2: torch.int16, 4: torch.int32}
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """Small hybrid model per TP rank (Qwen3-Next-like ratio: 3 GDN layers per FA layer)."""
-
-    fa_layers: int = 4
-    kv_heads: int = 2
-    head_dim: int = 128
-    gdn_layers: int = 12
-    conv_dim: int = 1024
-    conv_width: int = 3
-    value_heads: int = 8
-    state_dim: int = 64
-    page_size: int = 16
-
-
-@dataclass
-class Workload:
-    sources: list[torch.Tensor]
-    destinations: list[torch.Tensor]
-    moves: list[RowMoves]
-    requests: int
-    tokens: int
-
-
-def build_workload(shape: ModelShape, tokens: int, dtype: torch.dtype, device: str, host_device: str, seed: int) -> Workload:
-    """Allocate pools shaped like SGLang's and the moves of one batch of mixed reloads."""
-    gen = torch.Generator().manual_seed(seed)
-    s = shape
-    pages = tokens // s.page_size
-    requests = max(1, tokens // 512)
-    pool_slots = 2 * tokens
-    on_ssd = torch.rand(pages, generator=gen) < 0.5  # page-granular DRAM/SSD interleaving
-    ssd_pages = on_ssd.nonzero().flatten()
-    dram_pages = (~on_ssd).nonzero().flatten()
-
-    def rand(*size: int, dt: torch.dtype = dtype, dev: str = device) -> torch.Tensor:
-        return torch.randn(*size, generator=gen).to(dt).to(dev)
-
-    staging = rand(len(ssd_pages) * s.page_size, s.fa_layers, 2, s.kv_heads, s.head_dim)
-    host_kv = rand(2, s.fa_layers, pool_slots, s.kv_heads, s.head_dim, dev=host_device)
-    temporal = (s.value_heads, s.state_dim, s.state_dim)
-    ckpt_conv_stage = rand(requests, s.gdn_layers, s.conv_dim, s.conv_width)
-    ckpt_temporal_stage = rand(requests, s.gdn_layers, *temporal, dt=torch.float32)
-    host_conv = rand(s.gdn_layers, requests, s.conv_dim, s.conv_width, dev=host_device)
-    host_temporal = rand(s.gdn_layers, requests, *temporal, dt=torch.float32, dev=host_device)
-    if host_device == "cpu" and device == "cuda":
-        host_kv, host_conv, host_temporal = (t.pin_memory() for t in (host_kv, host_conv, host_temporal))
-
-    k_buffer = [torch.zeros(pool_slots + s.page_size, s.kv_heads, s.head_dim, dtype=dtype, device=device) for _ in range(s.fa_layers)]
-    v_buffer = [torch.zeros_like(k) for k in k_buffer]
-    conv_state = torch.zeros(s.gdn_layers, 2 * requests + 1, s.conv_dim, s.conv_width, dtype=dtype, device=device)
-    temporal_state = torch.zeros(s.gdn_layers, 2 * requests + 1, *temporal, dtype=torch.float32, device=device)
-
-    def page_rows(page_ids: torch.Tensor) -> torch.Tensor:
-        return (page_ids[:, None] * s.page_size + torch.arange(s.page_size)).flatten()
-
-    dst_slots = torch.randperm(pool_slots, generator=gen)[:tokens] + s.page_size
-    host_slots = torch.randperm(pool_slots, generator=gen)[:tokens]
-    ssd_rows, dram_rows = page_rows(ssd_pages), page_rows(dram_pages)
-    sources: list[torch.Tensor] = []
-    destinations: list[torch.Tensor] = []
-    moves: list[RowMoves] = []
-    for layer in range(s.fa_layers):
-        for kv, buffers in enumerate((k_buffer, v_buffer)):
-            destinations.append(buffers[layer])
-            sources += [staging[:, layer, kv], host_kv[kv, layer]]
-            dst = len(destinations) - 1
-            moves.append(RowMoves(len(sources) - 2, torch.arange(len(ssd_rows)), dst, dst_slots[ssd_rows]))
-            moves.append(RowMoves(len(sources) - 1, host_slots[dram_rows], dst, dst_slots[dram_rows]))
-    from_ssd = torch.rand(requests, generator=gen) < 0.5
-    slots = torch.randperm(2 * requests + 1, generator=gen)[:requests]
-    for layer in range(s.gdn_layers):
-        for stage, host, pool in ((ckpt_conv_stage, host_conv, conv_state), (ckpt_temporal_stage, host_temporal, temporal_state)):
-            destinations.append(pool[layer])
-            sources += [stage[:, layer], host[layer]]
-            dst = len(destinations) - 1
-            ssd_req, dram_req = from_ssd.nonzero().flatten(), (~from_ssd).nonzero().flatten()
-            moves.append(RowMoves(len(sources) - 2, ssd_req, dst, slots[ssd_req]))
-            moves.append(RowMoves(len(sources) - 1, dram_req, dst, slots[dram_req]))
-    return Workload(sources, destinations, moves, requests, tokens)
-
-
-def row_loop(w: Workload) -> None:
-    for m in w.moves:
-        src, dst = w.sources[m.src], w.destinations[m.dst]
-        for s, d in zip(torch.as_tensor(m.src_rows).tolist(), torch.as_tensor(m.dst_rows).tolist()):
-            dst[d].copy_(src[s], non_blocking=True)
-
-
-def per_group(w: Workload) -> None:
-    for m in w.moves:
-        dst = w.destinations[m.dst]
-        src_rows = torch.as_tensor(m.src_rows).to(w.sources[m.src].device)
-        dst[torch.as_tensor(m.dst_rows).to(dst.device)] = w.sources[m.src][src_rows].to(dst.device)
-
-
-def median_seconds(fn: Callable[[], None], repeats: int, cuda: bool) -> float:
-    fn()  # warm-up (compiles the kernel on first CUDA launch)
-    times = []
-    for _ in range(repeats):
-        if cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def snapshot(w: Workload) -> list[torch.Tensor]:
-    return [t.detach().clone().cpu() for t in w.destinations]
-
-
-def same_bits(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return all(torch.equal(x.view(_BITS[x.element_size()]), y.view(_BITS[y.element_size()])) for x, y in zip(a, b))
 
 
 def main() -> int:

@@ -56,6 +56,15 @@ class ServerError(RuntimeError):
     """The server could not be started or answered with an error."""
 
 
+class PortTaken(ServerError):
+    """Uvicorn could not bind the port: someone took it between our pick and its bind."""
+
+
+# Uvicorn's message when the port is taken; the server then hangs instead of exiting.
+BIND_ERROR = "error while attempting to bind on address"
+PORT_ATTEMPTS = 3
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
@@ -110,8 +119,19 @@ class SGLangServer:
         model = Path(self.config.model_path)
         if not (model / "config.json").exists():
             raise ServerError(f"model path {model} has no config.json (build it: python scripts/make_tiny_models.py)")
-        if port_in_use(self.port, self.config.host):
-            raise ServerError(f"port {self.port} on {self.config.host} is already in use")
+        for attempt in range(PORT_ATTEMPTS):
+            if port_in_use(self.port, self.config.host):
+                raise ServerError(f"port {self.port} on {self.config.host} is already in use")
+            try:
+                return self._start_once()
+            except PortTaken:
+                # Another process bound the free port we picked while the server was starting.
+                if self.config.port is not None or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.port = free_port(self.config.host)
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "SGLangServer":
         env = dict(os.environ, **self.config.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         log = open(self.log_path, "w")
@@ -131,6 +151,8 @@ class SGLangServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServerError(f"sglang server exited with code {self.process.returncode}:\n{self.log_tail()}")
+            if BIND_ERROR in self.log_tail(20):
+                raise PortTaken(f"port {self.port} was taken while the server started:\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
                     if response.status == 200:
@@ -187,12 +209,40 @@ class SGLangServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return response.read().decode()
 
+    def wait_storage_writes(self, timeout_s: float = 120.0) -> None:
+        """Wait until the saria store has acknowledged every write HiCache requested, as
+        an agent's next turn finds it after its think time (WEKA: 154 s mean gap)."""
+        deadline = time.monotonic() + timeout_s
+        while saria_metrics(self.metrics()).get("sglang:saria_storage_writes_in_flight", 0):
+            if time.monotonic() > deadline:
+                raise ServerError(f"store writes still in flight after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
     def flush_cache(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
 
 
+# Server environment of the tests' saria servers: the KV audit checks the bytes of every
+# page that moves between device, host and store; the tier audit the tree's locations.
+AUDIT_ENV = {"SGLANG_SARIA_AUDIT_KV": "1", "SGLANG_SARIA_AUDIT_TIERS": "1"}
+
+
+def kv_audit_pages(metrics: dict[str, float], path: str, pool: str = "") -> float:
+    """Pages the KV audit checked on ``path`` (all pools, or one: "kv", "mamba")."""
+    name = f"sglang:saria_kv_audit_pages_total/{path}/"
+    return sum(v for k, v in metrics.items() if k.startswith(name) and k.endswith(pool))
+
+
+def assert_kv_audit_clean(metrics: dict[str, float], paths: tuple[str, ...]) -> None:
+    """The KV audit checked pages on each of ``paths`` and found no page changed anywhere."""
+    checked = {p: kv_audit_pages(metrics, p) for p in paths}
+    assert all(checked.values()), f"KV audit checked no page on some path: {checked}"
+    errors = {k: v for k, v in metrics.items() if k.startswith("sglang:saria_kv_audit_errors_total") and v}
+    assert not errors, f"KV audit found moved pages that differ from what was computed: {errors}"
+
+
 # Labels that split a saria metric into "name/value" entries; other labels are summed over.
-SPLIT_LABELS = ("event", "source", "target", "reason", "tier")
+SPLIT_LABELS = ("event", "source", "target", "reason", "tier", "path", "pool")
 
 
 def saria_metrics(text: str) -> dict[str, float]:
@@ -239,29 +289,28 @@ LOGPROB_TOLERANCE = 1e-2
 class LogprobDiff:
     """How one run's output differs from a reference run of the same prompt."""
 
-    same_tokens: bool  # greedy output tokens and top-k token ids identical
-    max_abs: float  # largest |logprob difference| over output and top-k logprobs
+    same_tokens: bool  # the greedy output tokens are identical
+    max_abs: float  # largest |logprob difference|: output tokens, and top-k values rank by rank
 
     def within(self, tolerance: float = LOGPROB_TOLERANCE) -> bool:
         return self.same_tokens and self.max_abs <= tolerance
 
 
-def _entries(trace: list) -> list[tuple[float, int]]:
-    """(logprob, token id) of every output token and every top-k alternative, in order."""
-    tokens, tops = trace
-    flat = [(float(e[0]), int(e[1])) for e in tokens]
-    for top in tops or []:
-        flat.extend((float(e[0]), int(e[1])) for e in top or [])
-    return flat
+def logprob_diff(result: dict | list, reference: dict | list) -> LogprobDiff:
+    """Compare two `/generate` results (or their `logprob_trace`s) step by step.
 
-
-def logprob_diff(result: dict, reference: dict) -> LogprobDiff:
-    """Compare two `/generate` results (or their `logprob_trace`s) token by token."""
-    a = _entries(result if isinstance(result, list) else logprob_trace(result))
-    b = _entries(reference if isinstance(reference, list) else logprob_trace(reference))
-    same = len(a) == len(b) and all(x[1] == y[1] for x, y in zip(a, b))
-    diff = max((abs(x[0] - y[0]) for x, y in zip(a, b)), default=0.0)
-    return LogprobDiff(same, diff)
+    Top-k alternatives are compared by rank, not by id: two near-tied alternatives may swap
+    places within the tolerance, which leaves the k-th best logprob where it was.
+    """
+    (tokens, tops), (ref_tokens, ref_tops) = (r if isinstance(r, list) else logprob_trace(r) for r in (result, reference))
+    same = [int(t[1]) for t in tokens] == [int(t[1]) for t in ref_tokens]
+    pairs = [(float(a[0]), float(b[0])) for a, b in zip(tokens, ref_tokens)]
+    for top, ref_top in zip(tops or [], ref_tops or []):
+        ranked = sorted((float(e[0]) for e in top or []), reverse=True)
+        ref_ranked = sorted((float(e[0]) for e in ref_top or []), reverse=True)
+        same = same and len(ranked) == len(ref_ranked)
+        pairs += list(zip(ranked, ref_ranked))
+    return LogprobDiff(same, max((abs(a - b) for a, b in pairs), default=0.0))
 
 
 def assert_matches_cold(result: dict, cold: dict, what: str = "", tolerance: float = LOGPROB_TOLERANCE) -> None:

@@ -46,6 +46,21 @@ class SariaServingMetrics:
         self._audit_errors = Counter(
             "sglang:saria_tier_audit_errors_total", "Tree locations or counters that disagree with the pools and store"
         )
+        self._kv_audit_pages = Counter(
+            "sglang:saria_kv_audit_pages_total",
+            "Pages whose bytes the KV audit checked after a move, by path and pool (SGLANG_SARIA_AUDIT_KV=1)",
+            ["path", "pool"],
+        )
+        self._kv_audit_errors = Counter(
+            "sglang:saria_kv_audit_errors_total",
+            "Moved pages whose bytes differ from what left the device, by path and pool",
+            ["path", "pool"],
+        )
+        self._writes_in_flight = Gauge(
+            "sglang:saria_storage_writes_in_flight",
+            "Node writes to the SSD store requested by HiCache and not yet acknowledged",
+            multiprocess_mode="mostrecent",
+        )
         self._tree_pages = Gauge(
             "sglang:saria_tree_pages", "Pages of the radix tree held by each tier, at the last audit", ["tier"],
             multiprocess_mode="mostrecent",
@@ -84,3 +99,11 @@ class SariaServingMetrics:
             self._audit_errors.inc(errors)
         for tier, pages in pages_by_tier.items():
             self._tree_pages.labels(tier=tier).set(pages)
+
+    def kv_audited(self, path: str, pool: str, pages: int, errors: int) -> None:
+        self._kv_audit_pages.labels(path=path, pool=pool).inc(pages)
+        if errors:
+            self._kv_audit_errors.labels(path=path, pool=pool).inc(errors)
+
+    def storage_writes_in_flight(self, writes: int) -> None:
+        self._writes_in_flight.set(writes)

@@ -39,12 +39,16 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     MatchPrefixParams,
     MatchResult,
 )
+from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.mem_cache.coordinator import RealTimePacer
+from sglang_saria.mem_cache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
+from sglang_saria.mem_cache.kv_audit import KVAudit, install_transfer_audit, pool_rows_of
+from sglang_saria.mem_cache.kv_audit import audit_enabled as kv_audit_enabled
 from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
@@ -84,6 +88,10 @@ class SariaRadixCache(UnifiedRadixCache):
         self._metrics = SariaServingMetrics.get()
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
         self._audited_state: tuple = ()
+        # Installed once the storage backend is attached (after this constructor).
+        self._kv_audit: Optional[KVAudit] = None
+        self._kv_audit_pending = kv_audit_enabled()
+        self._writes_in_flight = 0
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -125,6 +133,24 @@ class SariaRadixCache(UnifiedRadixCache):
             self._promotion.r_eff,
         )
         return True
+
+    def _install_kv_audit(self) -> None:
+        """SGLANG_SARIA_AUDIT_KV=1: check the bytes of every page moved between device,
+        host and store (kv_audit.py): HiCache's copies, the store's reads and writes, and
+        the direct reload's. Runs at the first scheduler step, before any page moves."""
+        self._kv_audit_pending = False
+        backend = self._backend()
+        if self.cache_controller is None or getattr(backend, "store", None) is None:
+            logger.warning("saria: %s=1 needs HiCache with the saria store; KV audit off", KV_AUDIT_ENV)
+            return
+        audit = KVAudit(
+            pool_rows_of(self.cache_controller),
+            self._metrics.kv_audited,
+            log_dir=backend.store.config.data_dirs[0],
+        )
+        install_transfer_audit(self.cache_controller, audit)
+        backend.kv_audit = self._kv_audit = audit
+        logger.info("saria: KV audit on for pools %s", sorted(audit.pools))
 
     # ------------------------------------------------------------------ HiCache's staging path, off
     def query_storage_hit_length(self, *args: Any, **kwargs: Any) -> int:
@@ -275,6 +301,10 @@ class SariaRadixCache(UnifiedRadixCache):
             return self._fallback(req, f"store_{outcome.reason}")
         self._metrics.pages_read("device", outcome.pages)
         self._backend().saria_policy.on_ssd_reload(hit.page_hashes)
+        if self._kv_audit is not None:
+            self._kv_audit.store_to_device(PoolName.KV.value, hit.page_hashes, ssd_slots)
+            if host_xfer is not None:
+                self._kv_audit.host_to_device(PoolName.KV.value, host_xfer.host_indices, host_dev)
 
         if host_xfer is not None:
             # The copy is done: commit the host nodes' device values as HiCache's ack would.
@@ -394,11 +424,16 @@ class SariaRadixCache(UnifiedRadixCache):
 
     # ------------------------------------------------------------------ lifecycle
     def check_hicache_events(self) -> None:
+        if self._kv_audit_pending:
+            self._install_kv_audit()
         # The requests admitted with a reload hold their own path locks by now.
         locks, self._reload_locks = self._reload_locks, []
         for node_id, lock_params in locks:
             self.dec_lock_ref(node_id, lock_params)
         super().check_hicache_events()
+        if len(self.ongoing_backup) != self._writes_in_flight:
+            self._writes_in_flight = len(self.ongoing_backup)
+            self._metrics.storage_writes_in_flight(self._writes_in_flight)
         if self._audit and getattr(self._backend(), "saria_policy", None) is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (

@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
@@ -30,6 +30,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from sglang_saria.config import ConfigError, SariaConfig
+from sglang_saria.mem_cache.kv_audit import KVAudit
 from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
 from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
 from sglang_saria.storage.config import StoreConfig
@@ -44,16 +45,6 @@ DEFAULT_DATA_DIR = "/tmp/saria_hicache"
 POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig)) - {"capacity"}
 # Keys SGLang itself leaves in the extra-config dict (dynamic backend loading).
 SGLANG_EXTRA_KEYS = frozenset({"interface_v1", "backend_name", "module_path", "class_name"})
-_REGISTERED_KEYS: set = set()
-
-
-def register_extra_config_keys(keys: Iterable[str]) -> None:
-    """Let another component (the policy core) claim keys of the shared extra config."""
-    _REGISTERED_KEYS.update(keys)
-
-
-def known_extra_config_keys() -> frozenset:
-    return SGLANG_EXTRA_KEYS | frozenset(_REGISTERED_KEYS)
 
 
 def rank_subdir(cfg: HiCacheStorageConfig) -> str:
@@ -92,14 +83,15 @@ class SariaStorage(HiCacheStorage):
         self,
         storage_config: HiCacheStorageConfig,
         mem_pool_host: Any = None,
-        other_known_keys: Optional[Iterable[str]] = None,
     ) -> None:
-        known = known_extra_config_keys() | POLICY_KEYS | frozenset(other_known_keys or ())
+        known = SGLANG_EXTRA_KEYS | POLICY_KEYS
         self.store_config = StoreConfig.from_extra_config(
             storage_config.extra_config, known, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
         )
         self.policy_config = policy_config_from_extra(storage_config.extra_config or {})
         self.saria_policy: Optional[SariaHiCachePolicy] = None
+        # Set by the radix cache when SGLANG_SARIA_AUDIT_KV=1: checks every page this store moves.
+        self.kv_audit: Optional[KVAudit] = None
         if storage_config.is_mla_model and storage_config.tp_size > 1:
             raise ValueError(
                 "saria store: MLA models with tp_size > 1 replicate KV across ranks and need "
@@ -230,9 +222,16 @@ class SariaStorage(HiCacheStorage):
                 if ok:
                     view.pool.set_from_flat_data_page(index, scratch)
                 results.append(ok)
-        out = [r if isinstance(r, bool) else r.result().ok for r in results]
+        done = [r if isinstance(r, bool) else r.result() for r in results]
+        out = [r if isinstance(r, bool) else r.ok for r in done]
         if not write:
             SariaServingMetrics.get().pages_read("host", sum(out))
+        if self.kv_audit is not None and pool_name in self.kv_audit.pools:
+            if write:
+                new = [not isinstance(r, bool) and r.ok and not r.already_present for r in done]
+                self.kv_audit.host_to_store(pool_name, keys, host_indices, new)
+            else:
+                self.kv_audit.store_to_host(pool_name, keys, host_indices, out)
         self._log_io(write, sum(out), sum(out) * view.page_bytes, time.perf_counter() - t0)
         return out
 

@@ -9,19 +9,27 @@ or an earlier transaction than the inserts that reuse their slots.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from sglang_saria.kernels.checksum import as_int64
 from sglang_saria.storage.layout import blob_to_slots, slots_to_blob
 
+logger = logging.getLogger(__name__)
+_U64 = (1 << 64) - 1
+
 INDEX_NAME = "saria-index.sqlite"
-FORMAT_VERSION = 1
+# 2: objects.digest (device-side digest, sglang_saria/kernels/checksum.py). A version-1 index
+# is upgraded in place on open; its objects stay readable, with no digest.
+FORMAT_VERSION = 2
+_UPGRADABLE = {"1"}
 
 
 @dataclass
@@ -32,6 +40,7 @@ class Entry:
     checksums: Tuple[int, ...]  # one per SubIO of the layout's plan
     seq: int
     atime: float
+    digest: Optional[int] = None  # whole-object device digest (uint64); None: written before format 2
     pins: int = 0  # in-flight reads
     dead: bool = False  # removed while pinned: slots freed on last unpin
 
@@ -55,7 +64,8 @@ class SQLiteIndex:
             CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS objects(
                 key TEXT PRIMARY KEY, size INTEGER NOT NULL, slots BLOB NOT NULL,
-                checksums BLOB NOT NULL, seq INTEGER NOT NULL, atime REAL NOT NULL);
+                checksums BLOB NOT NULL, seq INTEGER NOT NULL, atime REAL NOT NULL,
+                digest INTEGER);
             CREATE TABLE IF NOT EXISTS devices(
                 dir TEXT PRIMARY KEY, bytes_written INTEGER NOT NULL,
                 bytes_read INTEGER NOT NULL, since REAL NOT NULL);
@@ -76,17 +86,37 @@ class SQLiteIndex:
                 self._db.executemany("INSERT INTO meta VALUES (?, ?)", list(want.items()))
                 self._db.execute("COMMIT")
                 return
+        version = have.get("format_version")
+        if version != want["format_version"] and version not in _UPGRADABLE:
+            raise ValueError(
+                f"saria store: index {self.path!r} has format_version={version}; this sglang-saria "
+                f"reads {', '.join(sorted(_UPGRADABLE))} and {FORMAT_VERSION} (a newer release wrote it: "
+                f"use that release, or remove the data dirs to start over)"
+            )
         for k, v in want.items():
-            if have.get(k) != v:
+            if k != "format_version" and have.get(k) != v:
                 raise ValueError(
                     f"saria store: index {self.path!r} was created with {k}={have.get(k)}, "
                     f"now {k}={v}; use the old setting or remove the data dirs to start over"
                 )
+        if version in _UPGRADABLE:
+            with self._lock:
+                self._upgrade(version)
+
+    def _upgrade(self, old: str) -> None:
+        """Version 1 -> 2: add the digest column (NULL for the objects already stored)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(objects)").fetchall()}
+        self._db.execute("BEGIN IMMEDIATE")
+        if "digest" not in columns:
+            self._db.execute("ALTER TABLE objects ADD COLUMN digest INTEGER")
+        self._db.execute("UPDATE meta SET v = ? WHERE k = 'format_version'", (str(FORMAT_VERSION),))
+        self._db.execute("COMMIT")
+        logger.info("saria store: index %s upgraded from format %s to %d", self.path, old, FORMAT_VERSION)
 
     def load(self) -> List[Entry]:
         with self._lock:
             rows = self._db.execute(
-                "SELECT key, size, slots, checksums, seq, atime FROM objects ORDER BY atime, seq"
+                "SELECT key, size, slots, checksums, seq, atime, digest FROM objects ORDER BY atime, seq"
             ).fetchall()
         return [
             Entry(
@@ -96,8 +126,9 @@ class SQLiteIndex:
                 checksums=tuple(int(c) for c in np.frombuffer(cs, dtype=np.uint64)),
                 seq=seq,
                 atime=atime,
+                digest=None if digest is None else digest & _U64,
             )
-            for k, size, slots, cs, seq, atime in rows
+            for k, size, slots, cs, seq, atime, digest in rows
         ]
 
     def max_seq(self) -> int:
@@ -123,7 +154,7 @@ class SQLiteIndex:
             try:
                 self._db.executemany("DELETE FROM objects WHERE key = ?", [(k,) for k in deletes])
                 self._db.executemany(
-                    "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT OR REPLACE INTO objects VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             e.key,
@@ -132,6 +163,7 @@ class SQLiteIndex:
                             np.asarray(e.checksums, dtype=np.uint64).tobytes(),
                             e.seq,
                             e.atime,
+                            None if e.digest is None else as_int64(e.digest),  # SQLite integers are signed
                         )
                         for e in inserts
                     ],

@@ -8,7 +8,9 @@ run on separate worker pools so reloads never queue behind persistence (paper
 Durability: data first, then the index row (group-committed by one committer
 thread), so after kill -9 every object whose put completed is back and nothing
 else is. Each stripe run carries an xxh3 checksum verified on every read: a
-torn or corrupt object is a counted miss and is dropped, never served.
+torn or corrupt object is a counted miss and is dropped, never served. Each object
+also records a device digest (sglang_saria/kernels/checksum.py, summed over its stripe
+runs), so a read into GPU memory can be verified there (`digest_of`).
 
 Callers must keep source buffers unchanged until a put's future resolves, and
 must not use a destination buffer unless the get reports HIT.
@@ -37,6 +39,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import xxhash
 
+from sglang_saria.kernels.checksum import Lanes
+from sglang_saria.kernels.checksum import lanes as digest_lanes
 from sglang_saria.storage.allocator import SlotAllocator
 from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_cuda, total_bytes
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
@@ -120,10 +124,14 @@ class _PendingPut:
     t0: float
 
 
+def _host(pieces: Sequence[Segment]) -> List[np.ndarray]:
+    return [p.cpu().numpy() if is_cuda(p) else p for p in pieces]
+
+
 def _hash(pieces: Sequence[Segment]) -> int:
     h = xxhash.xxh3_64()
-    for p in pieces:
-        h.update(p.cpu().numpy() if is_cuda(p) else p)
+    for p in _host(pieces):
+        h.update(p)
     return h.intdigest()
 
 
@@ -332,17 +340,21 @@ class SariaStore:
 
     def _write_sub(self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, pending: _PendingPut) -> None:
         try:
-            pieces = [p for s, e in sub.ranges for p in scatter.slice(s, e)]
-            checksum = _hash(pieces)
+            runs = [scatter.slice(s, e) for s, e in sub.ranges]
+            pieces = [p for run in runs for p in run]
+            host = [_host(run) for run in runs]  # one host copy of CUDA pieces for both sums
+            checksum = _hash([p for run in host for p in run])
+            part = sum((digest_lanes(run, s) for run, (s, _) in zip(host, sub.ranges)), Lanes())
             written = self.engine.write(sub.dir_idx, sub.file_offset, pieces)
             self._devices[sub.dir_idx].add(written=written)
             self._metrics.ssd_bytes_written.labels(self._devices[sub.dir_idx].data_dir).inc(written)
-            last = op.done(i, checksum)
+            last = op.done(i, (checksum, part))
         except BaseException as e:  # noqa: BLE001 - reported to the caller through the future
             last = op.done(i, error=e)
         if last:
             if op.error is None:
-                pending.entry.checksums = tuple(op.results)
+                pending.entry.checksums = tuple(c for c, _ in op.results)
+                pending.entry.digest = sum((part for _, part in op.results), Lanes()).digest
                 self._commit_q.put(pending)
             else:
                 self._fail_puts([pending], op.error)
@@ -550,6 +562,13 @@ class SariaStore:
                 if k not in self._entries:
                     return i
             return len(keys)
+
+    def digest_of(self, key: str) -> Optional[int]:
+        """The object's device digest (uint64), to verify a read where it landed; None when the
+        key is absent or was stored by a release before index format 2."""
+        with self._lock:
+            e = self._entries.get(key)
+            return None if e is None else e.digest
 
     def size_of(self, key: str) -> Optional[int]:
         with self._lock:

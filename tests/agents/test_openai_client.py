@@ -24,7 +24,7 @@ from openai import OpenAI
 
 from sglang_saria.agents.report import CACHE_DETAILS, CacheReport
 from sglang_saria.agents.sessions import TOOLS, agent_sessions
-from sglang_saria.launcher import SGLangServer, saria_metrics
+from sglang_saria.launcher import SGLangServer, assert_kv_audit_clean, saria_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
 
@@ -163,6 +163,8 @@ def test_restart_between_turns_keeps_the_ssd_hits(scenario):
     assert after.storage >= before.prompt_tokens // PAGE * PAGE - PAGE, after
     # Read straight into the device pool by saria's direct reload.
     assert scenario.metrics_before_removal["sglang:saria_reload_tokens_total/ssd"] >= after.storage
+    # Byte for byte the pages the first server wrote (the audit log beside the store).
+    assert_kv_audit_clean(scenario.metrics_before_removal, ("ssd_to_device",))
 
 
 def test_store_directory_removed_while_serving_is_logged_counted_and_requests_recompute(scenario):

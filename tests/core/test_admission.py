@@ -5,7 +5,7 @@ import pytest
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy, parse_policy_name
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 
 def test_policy_factory_builds_every_named_policy():

@@ -3,7 +3,7 @@
 from sglang_saria.mem_cache.metadata import FA_BLOCK, GDN_CHECKPOINT, NO_CHECKPOINT, ContextMetadata
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 
 def test_R_counts_each_request_after_first_computation_hit_or_recompute():

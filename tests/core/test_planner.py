@@ -4,7 +4,7 @@ from sglang_saria.mem_cache.metadata import ContextMetadata
 from sglang_saria.mem_cache.planner import plan_reload
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 
 def _nodes(locs, ckpt_every=None, ck_locs=None):

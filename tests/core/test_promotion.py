@@ -6,7 +6,7 @@ from sglang_saria.config import BandwidthConfig, PromotionConfig
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 
 def test_r_eff_is_bounded_by_the_bandwidth_dram_must_supply():

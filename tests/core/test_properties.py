@@ -7,7 +7,7 @@ from sglang_saria.config import BandwidthConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
-from .helpers import make_core
+from tests.core.helpers import make_core
 
 POLICIES = ["none", "full-duplicate", "eviction:E2", "reuse:R2", "combined:E2R3"]
 

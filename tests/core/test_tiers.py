@@ -6,7 +6,7 @@ from sglang_saria.mem_cache.core import SariaCore
 from sglang_saria.mem_cache.eviction import make_eviction
 from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
 
-from .helpers import make_core, run_request
+from tests.core.helpers import make_core, run_request
 
 
 def test_lru_and_fifo_orders():

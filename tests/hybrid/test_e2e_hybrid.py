@@ -1,17 +1,30 @@
 """The tiny Qwen3.5-style hybrid (3 GDN + 1 full-attention layers) served by a real CPU
 SGLang server through the pure-torch GDN path: prefix caching of mamba states
 (extra_buffer), HiCache host (L2) and `saria` storage (L3) tiers, and a restart from the
-populated store. Every cached run must return logprobs exactly equal to a cold run
-(`--disable-radix-cache`); equal greedy tokens alone prove little on a random model."""
+populated store. Every cached run must return a cold run's greedy tokens with logprobs
+within the oracle's tolerance (`--disable-radix-cache`; equal greedy tokens alone prove
+little on a random model), and the KV audit checks every FA page and GDN state that moves
+between device, host and store byte for byte."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import pytest
 import torch
 
-from sglang_saria.launcher import cached_tokens, logprob_trace, saria_hicache_args, saria_metrics
+from sglang_saria.launcher import (
+    AUDIT_ENV,
+    assert_kv_audit_clean,
+    assert_matches_cold,
+    cached_tokens,
+    kv_audit_pages,
+    saria_hicache_args,
+    saria_metrics,
+)
 from sglang_saria.storage.hicache_backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
+from tests.kept_store import KeptStore
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +37,6 @@ PREFIX_CACHE = ["--mamba-radix-cache-strategy", "extra_buffer",
 SYSTEM_AND_TOOLS = list(range(1, 301))  # 300-token shared prefix
 TURN_2 = SYSTEM_AND_TOOLS + [7, 8, 9] * 10  # 330 tokens
 OTHER_SESSIONS = [[(k * 300 + j) % 1000 + 5 for j in range(300)] for k in range(1, 6)]
-PROMPTS = [SYSTEM_AND_TOOLS, TURN_2, *OTHER_SESSIONS]
 
 # The first turn (300 tokens) ends between the checkpoints at 256 and 320: the second
 # turn reuses 256 tokens, although the full-attention KV alone would cover 288.
@@ -52,18 +64,7 @@ def stored_pools(store_dir) -> set[str]:
     return pools
 
 
-@pytest.fixture(scope="module")
-def cold(start_hybrid_server) -> dict[tuple, dict]:
-    with start_hybrid_server(["--disable-radix-cache"]) as server:
-        return {tuple(p): server.generate(p) for p in PROMPTS}
-
-
-@pytest.fixture(scope="module")
-def store_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("saria-hybrid-store")
-
-
-def test_cold_server_matches_transformers(cold, hybrid_model):
+def test_cold_server_matches_transformers(cold_hybrid_run, hybrid_model):
     """The patched serving path (torch GDN ops, SGLang's attention and sampler) agrees
     with transformers' own Qwen3.5 implementation of the same weights (fp32 reference):
     same greedy tokens, logprobs within fp16 rounding of a 4-layer model."""
@@ -71,7 +72,7 @@ def test_cold_server_matches_transformers(cold, hybrid_model):
 
     model = AutoModelForCausalLM.from_pretrained(hybrid_model, dtype=torch.float32)
     for prompt in (SYSTEM_AND_TOOLS, TURN_2):
-        served = cold[tuple(prompt)]
+        served = cold_hybrid_run(prompt)
         ids = list(prompt) + served["output_ids"][:-1]
         with torch.no_grad():
             logits = model(torch.tensor([ids])).logits[0, len(prompt) - 1 :]
@@ -82,7 +83,14 @@ def test_cold_server_matches_transformers(cold, hybrid_model):
         assert got == pytest.approx(want, abs=5e-3)
 
 
-def test_mamba_prefix_reuse_across_device_host_and_storage_is_exact(start_hybrid_server, cold, store_dir):
+@dataclass
+class Session:
+    metrics: dict[str, float]
+    store: KeptStore
+
+
+@pytest.fixture(scope="module")
+def tiers_session(start_hybrid_server, cold_hybrid_run, tmp_path_factory) -> Session:
     steps = [
         ("first turn computes everything", SYSTEM_AND_TOOLS,
          {"device": 0, "host": 0, "storage": 0}),
@@ -95,27 +103,40 @@ def test_mamba_prefix_reuse_across_device_host_and_storage_is_exact(start_hybrid
         ("the second turn comes back from storage", TURN_2,
          {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}),
     ]
+    store = tmp_path_factory.mktemp("saria-hybrid-store")
     # The tier audit checks FULL and MAMBA slots of every node against the pools as it goes.
-    with start_hybrid_server(hicache_args(store_dir), env={"SGLANG_SARIA_AUDIT_TIERS": "1"}) as server:
+    with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         for what, prompt, expected_tiers in steps:
             result = server.generate(prompt)
+            server.wait_storage_writes()
             if expected_tiers is not None:
                 assert cached_tokens(result) == expected_tiers, what
                 assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
-            assert logprob_trace(result) == logprob_trace(cold[tuple(prompt)]), what
+            assert_matches_cold(result, cold_hybrid_run(prompt), what)
         metrics = saria_metrics(server.metrics())
-    assert stored_pools(store_dir) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
+    return Session(metrics, KeptStore(store))
+
+
+def test_mamba_prefix_reuse_across_device_host_and_storage(tiers_session):
+    metrics = tiers_session.metrics
+    assert stored_pools(tiers_session.store.path) == {"kv", "mamba"}, "the store lacks KV pages or mamba sidecars"
     assert metrics["sglang:saria_tier_audits_total"] > 0
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
     assert metrics["sglang:saria_tree_pages/host"] > 0
+    # FA pages and GDN states alike: device -> host, host -> device, host -> store, store -> host.
+    assert_kv_audit_clean(metrics, ("device_to_host", "host_to_device", "host_to_ssd", "ssd_to_host"))
+    for path in ("device_to_host", "host_to_device", "ssd_to_host"):
+        assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
 
 
-def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold, store_dir):
+def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold_hybrid_run, tiers_session):
     """A fresh server has no device or host state: a storage hit can only be right if the
     GDN conv/SSM states were written to and read back from the store."""
-    if "mamba" not in stored_pools(store_dir):
-        pytest.fail("store has no mamba pages: run together with the tier test that fills it")
-    with start_hybrid_server(hicache_args(store_dir)) as server:
+    store = tiers_session.store.restored()
+    with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         result = server.generate(TURN_2)
+        metrics = saria_metrics(server.metrics())
     assert cached_tokens(result) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}
-    assert logprob_trace(result) == logprob_trace(cold[tuple(TURN_2)])
+    assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 after a restart")
+    assert_kv_audit_clean(metrics, ("ssd_to_host", "host_to_device"))
+    assert kv_audit_pages(metrics, "ssd_to_host", "mamba") > 0

@@ -14,7 +14,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     sys.exit("interpreter_check.py needs TRITON_INTERPRET=1 in its environment")
 
 import torch  # noqa: E402
-from gather_cases import ReloadCase, bit_exact, make_reload_case  # noqa: E402
+from tests.hybrid_gather.gather_cases import ReloadCase, bit_exact, make_reload_case  # noqa: E402
 
 from sglang_saria.hybrid.gather import (  # noqa: E402
     GatherPlan,
@@ -37,6 +37,7 @@ def run_case(name: str, case: ReloadCase, max_segment_bytes: int) -> dict:
     return {
         "case": name,
         "backend": backend,
+        "interpreted": triton_interpreted(),
         "segments": plan.num_segments,
         "alignment": plan.alignment,
         "bytes": plan.total_bytes,
@@ -75,7 +76,12 @@ def main() -> None:
     expected = reused.expected()
     print(
         json.dumps(
-            {"case": "reuse", "first": bit_exact(reused.destinations, expected), "second": bit_exact(fresh, expected)}
+            {
+                "case": "reuse",
+                "interpreted": triton_interpreted(),
+                "first": bit_exact(reused.destinations, expected),
+                "second": bit_exact(fresh, expected),
+            }
         ),
         flush=True,
     )
@@ -83,7 +89,14 @@ def main() -> None:
     plan = GatherPlan.from_rows(empty.sources, empty.destinations, [])
     backend = gather_mixed(plan, empty.sources, empty.destinations)
     print(
-        json.dumps({"case": "empty", "backend": backend, "unchanged": bit_exact(empty.destinations, empty.initial)}),
+        json.dumps(
+            {
+                "case": "empty",
+                "backend": backend,
+                "interpreted": triton_interpreted(),
+                "unchanged": bit_exact(empty.destinations, empty.initial),
+            }
+        ),
         flush=True,
     )
 

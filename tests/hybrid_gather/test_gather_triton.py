@@ -7,46 +7,30 @@ as raw uint16, which a tolerance check could hide).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from gather_cases import bit_exact, make_reload_case
+from tests.hybrid_gather.gather_cases import bit_exact, make_reload_case
 
 from sglang_saria.hybrid.gather import GatherPlan, gather_mixed, gather_mixed_reference
 
 HERE = Path(__file__).resolve().parent
-REPO_ROOT = HERE.parents[1]
 DTYPE_LABELS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 @pytest.fixture(scope="module")
-def interpreter_results() -> dict[str, dict]:
-    """Run interpreter_check.py once with TRITON_INTERPRET=1 set before triton is imported."""
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "interpreter_check.py")],
-        env=env,
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"interpreter_check.py failed:\n{proc.stdout}\n{proc.stderr}"
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    return {r["case"]: r for r in results}
+def interpreter_results(run_interpreted) -> dict[str, dict]:
+    """interpreter_check.py's results, run once with TRITON_INTERPRET=1 set before triton is imported."""
+    return run_interpreted(HERE / "interpreter_check.py")
 
 
-def test_subprocess_runs_the_interpreted_kernel(interpreter_results: dict[str, dict]) -> None:
-    assert interpreter_results["interpreted"]["value"] is True
+def test_every_case_ran_the_kernel_under_the_interpreter(interpreter_results: dict[str, dict]) -> None:
+    cases = [r for name, r in interpreter_results.items() if name != "interpreted"]
+    assert len(cases) == 3 * 2 * 2 + 2 + 2, sorted(interpreter_results)
+    for r in cases:
+        assert r["interpreted"] is True, r
+        assert r.get("backend", "triton") == "triton", r
 
 
 @pytest.mark.parametrize("label", DTYPE_LABELS)
@@ -70,6 +54,7 @@ def test_interpreted_kernel_handles_rows_narrower_than_a_word(
     interpreter_results: dict[str, dict], case: str, alignment: int
 ) -> None:
     r = interpreter_results[case]
+    assert r["backend"] == "triton" and r["interpreted"], r
     assert r["alignment"] == alignment
     assert r["kernel_matches_oracle"] and r["kernel_matches_reference"] and r["changed"], r
 
@@ -77,11 +62,11 @@ def test_interpreted_kernel_handles_rows_narrower_than_a_word(
 def test_interpreted_kernel_plan_is_reusable_on_other_pools_of_the_same_geometry(
     interpreter_results: dict[str, dict],
 ) -> None:
-    assert interpreter_results["reuse"] == {"case": "reuse", "first": True, "second": True}
+    assert interpreter_results["reuse"] == {"case": "reuse", "interpreted": True, "first": True, "second": True}
 
 
 def test_interpreted_kernel_empty_plan_leaves_pools_untouched(interpreter_results: dict[str, dict]) -> None:
-    assert interpreter_results["empty"] == {"case": "empty", "backend": "triton", "unchanged": True}
+    assert interpreter_results["empty"] == {"case": "empty", "backend": "triton", "interpreted": True, "unchanged": True}
 
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPU: compiled Triton kernel")

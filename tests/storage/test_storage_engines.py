@@ -9,7 +9,11 @@ import torch
 from sglang_saria.storage.engine import PosixEngine, cuda_and_kvikio_available, select_engine
 
 GPU = cuda_and_kvikio_available()
-needs_gpu = pytest.mark.skipif(not GPU, reason="needs CUDA GPU + kvikio: GDS reads into CUDA tensors")
+
+
+def needs_gpu(test):
+    """Marked `gpu` (scripts/gpu_check.sh runs these) and skipped, with the reason, without one."""
+    return pytest.mark.gpu(pytest.mark.skipif(not GPU, reason="needs CUDA GPU + kvikio: GDS reads into CUDA tensors")(test))
 
 
 @pytest.mark.skipif(GPU, reason="checks the CPU fallback; this host has CUDA + kvikio")
@@ -41,6 +45,7 @@ def test_kvikio_reads_straight_into_cuda_tensor(make_store, payload, ndirs):
     np.testing.assert_array_equal(host, src.cpu().numpy())
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA GPU: posix engine staging into CUDA memory"
 )

@@ -7,73 +7,16 @@ import warnings
 import pytest
 import torch
 
+from tests.storage.sglang_pools import PAGE, fill_random, mamba_host_pool, mha_host_pool, pages, storage_config
+
 warnings.filterwarnings("ignore", category=UserWarning)
-from sglang.srt.mem_cache.device_pool_info import MambaStateBufferInfo  # noqa: E402
 from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
-    HiCacheStorageConfig,
     PoolHitPolicy,
     PoolName,
     PoolTransfer,
 )
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mamba import MambaPoolHost  # noqa: E402
-from sglang.srt.mem_cache.pool_host.mha import MHATokenToKVPoolHost  # noqa: E402
 
-from sglang_saria.storage.hicache_backend import SariaStorage, register_extra_config_keys  # noqa: E402
-
-PAGE = 16
-
-
-def storage_config(extra: dict) -> HiCacheStorageConfig:
-    return HiCacheStorageConfig(
-        tp_rank=0,
-        tp_size=1,
-        pp_rank=0,
-        pp_size=1,
-        attn_cp_rank=0,
-        attn_cp_size=1,
-        is_mla_model=False,
-        enable_storage_metrics=True,
-        is_page_first_layout=True,
-        model_name="tiny/qwen3",
-        extra_config=extra,
-    )
-
-
-def mha_host_pool(layout: str) -> MHATokenToKVPoolHost:
-    kv = MHATokenToKVPool(512, PAGE, torch.bfloat16, 2, 64, 2, "cpu", False, start_layer=0, end_layer=2)
-    return MHATokenToKVPoolHost(
-        kv.get_device_pool_infos()[0].buffer_info,
-        2,
-        0,
-        PAGE,
-        layout,
-        pin_memory=False,
-        device_capacity_tokens=kv.size,
-        start_layer=kv.start_layer,
-        end_layer=kv.end_layer,
-        write_back_staging=kv.hicache_write_back_staging,
-    )
-
-
-def mamba_host_pool() -> MambaPoolHost:
-    info = MambaStateBufferInfo(
-        temporal=torch.zeros(3, 9, 4, 16, 16, dtype=torch.float32),
-        conv=(torch.zeros(3, 9, 3, 96, dtype=torch.bfloat16),),
-    )
-    return MambaPoolHost(info, 2, 0, device_capacity=8, pin_memory=False, layout="page_first")
-
-
-def pages(pool, first_page: int, n: int) -> torch.Tensor:
-    return torch.arange(first_page * pool.page_size, (first_page + n) * pool.page_size, dtype=torch.int64)
-
-
-def fill_random(pool) -> None:
-    g = torch.Generator().manual_seed(0)
-    for buf in pool.get_hybrid_pool_buffer():
-        flat = buf.view(torch.uint8) if buf.is_contiguous() else None
-        if flat is not None:
-            flat.copy_(torch.randint(0, 256, flat.shape, dtype=torch.uint8, generator=g))
+from sglang_saria.storage.hicache_backend import SariaStorage  # noqa: E402
 
 
 def page_bytes(pool, index: int) -> torch.Tensor:
@@ -88,7 +31,7 @@ def extra(tmp_path):
 @pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
 def test_v1_zero_copy_round_trip_through_mha_host_pool(extra, layout):
     pool = mha_host_pool(layout)
-    fill_random(pool)
+    fill_random(pool.get_hybrid_pool_buffer())
     backend = SariaStorage(storage_config(extra), pool)
     assert backend._views["kv"].zero_copy
     keys = [f"h{i}" for i in range(6)]
@@ -121,7 +64,7 @@ def test_v1_zero_copy_round_trip_through_mha_host_pool(extra, layout):
 
 def test_legacy_set_get_and_wrong_size_page(extra):
     pool = mha_host_pool("page_first")
-    fill_random(pool)
+    fill_random(pool.get_hybrid_pool_buffer())
     backend = SariaStorage(storage_config(extra), pool)
     page = pool.get_data_page(PAGE, flat=True)
     assert backend.set("p", page)
@@ -136,8 +79,8 @@ def test_legacy_set_get_and_wrong_size_page(extra):
 def test_mamba_sidecar_through_v2_pool_transfers(extra):
     kv_pool = mha_host_pool("page_first")
     mamba = mamba_host_pool()
-    fill_random(kv_pool)
-    fill_random(mamba)
+    fill_random(kv_pool.get_hybrid_pool_buffer())
+    fill_random(mamba.get_hybrid_pool_buffer())
     backend = SariaStorage(storage_config(extra), kv_pool)
     backend.register_mem_host_pool_v2(mamba, PoolName.MAMBA)
     assert backend._views[str(PoolName.MAMBA)].zero_copy
@@ -164,7 +107,7 @@ def test_mamba_sidecar_through_v2_pool_transfers(extra):
 
 def test_store_evictions_reach_listeners_as_page_hashes(extra, tmp_path):
     pool = mha_host_pool("page_first")
-    fill_random(pool)
+    fill_random(pool.get_hybrid_pool_buffer())
     small = {**extra, "capacity": str(4 * 16 * 1024)}  # room for 4 pages of 16 KiB
     backend = SariaStorage(storage_config(small), pool)
     seen = []
@@ -183,7 +126,7 @@ def test_store_evictions_reach_listeners_as_page_hashes(extra, tmp_path):
 def test_extra_config_unknown_key_is_named_policy_keys_accepted(extra):
     with pytest.raises(ValueError, match="'capacty'"):
         SariaStorage(storage_config({**extra, "capacty": "1GiB"}))
-    register_extra_config_keys({"admission_policy"})
-    backend = SariaStorage(storage_config({**extra, "admission_policy": "combined:E2R8", "interface_v1": 1}))
+    backend = SariaStorage(storage_config({**extra, "admission": "combined:E2R8", "interface_v1": 1}))
+    assert backend.policy_config.admission.policy == "combined:E2R8"
     assert backend.store is None  # opened when SGLang registers the host pool
     backend.close()

@@ -1,0 +1,34 @@
+"""Median wall-clock timing that waits for the GPU, shared by the benchmarks and the kit."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, cuda: bool, warmup: int = 1) -> float:
+    """Median of ``repeats`` timed calls after ``warmup`` untimed ones (first CUDA launches compile)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9 if seconds > 0 else float("inf")
+
+
+def sig(value: float, digits: int = 3) -> float:
+    """``value`` to ``digits`` significant figures (a tiny CPU rate must not print as 0.0)."""
+    return float(f"{value:.{digits}g}")

@@ -1,0 +1,1 @@
+"""Device kernels shared by the FA and hybrid paths (no SGLang import: the GPU kit loads them bare)."""
