@@ -102,11 +102,12 @@ def scenario(start_chat_server, tmp_path_factory) -> Scenario:
         run.text_endpoints["generate-ids"] = server.generate(list(range(1, 301)))
         run.bad = {case: post_raw(server, path, body) for case, (path, body, _, _) in BAD_INPUTS.items()}
         run.after_bad = chat(client, other.messages)[1]
-        time.sleep(2)  # let the last write-through reach the store's index (group commit, 1 s)
+        server.wait_storage_writes()  # the restart finds the last write-through in the store
     with start_chat_server(store) as server:
         client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
         reply, run.after_restart = chat(client, agent.messages)
         agent.add_turn(reply)
+        server.wait_storage_writes()  # nothing writes into the store while it is removed
         run.metrics_before_removal = saria_metrics(server.metrics())
         shutil.rmtree(store)
         run.metrics_after_removal = wait_offline(server)
