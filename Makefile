@@ -8,7 +8,7 @@ MODELS := models/qwen3-tiny/config.json models/qwen3.5-tiny-hybrid/config.json
 setup:
 	@bash scripts/setup.sh
 
-$(MODELS): scripts/make_tiny_models.py | setup
+$(MODELS): scripts/make_tiny_models.py sglang_saria/agents/tokenizer.py | setup
 	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny qwen3.5-tiny-hybrid
 
 models: setup $(MODELS)

@@ -3,7 +3,9 @@
 
 Why: CI has no model hub, and the tiers must be exercised by a real SGLang server.
 A model is a transformers config + `save_pretrained` of randomly initialised weights,
-seeded so every machine builds the same bytes.
+seeded so every machine builds the same bytes, plus a local byte-level tokenizer with a
+chat template (`sglang_saria.agents.tokenizer`), so servers start without
+`--skip-tokenizer-init` and the OpenAI chat endpoint works.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from sglang_saria.agents.tokenizer import build_tokenizer
 
 FULL_ATTENTION = "qwen3-tiny"
 HYBRID = "qwen3.5-tiny-hybrid"
@@ -43,14 +47,21 @@ def _hybrid_config():
     return AutoConfig.for_model(**fields), fields
 
 
-def build(name: str, out_dir: Path, seed: int = 0) -> Path:
-    """Write `name` under out_dir/name; rebuilds only when config.json is missing."""
+def build(name: str, out_dir: Path, seed: int = 0, rewrite_tokenizer: bool = False) -> Path:
+    """Write `name` under out_dir/name: weights only when config.json is missing; the
+    tokenizer when missing or when `rewrite_tokenizer` (it takes milliseconds)."""
+    target = out_dir / name
+    if not (target / "config.json").exists():
+        _build_weights(name, target, seed)
+    if rewrite_tokenizer or not (target / "tokenizer.json").exists():
+        build_tokenizer(target)
+    return target
+
+
+def _build_weights(name: str, target: Path, seed: int) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    target = out_dir / name
-    if (target / "config.json").exists():
-        return target
     torch.manual_seed(seed)
     extra: dict = {}
     if name == FULL_ATTENTION:
@@ -66,7 +77,6 @@ def build(name: str, out_dir: Path, seed: int = 0) -> Path:
     saved = json.loads((target / "config.json").read_text())
     saved.update({k: v for k, v in extra.items() if k not in saved})
     (target / "config.json").write_text(json.dumps(saved, indent=2))
-    return target
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", default=[FULL_ATTENTION], help=f"{FULL_ATTENTION} and/or {HYBRID}")
     args = parser.parse_args(argv)
     for name in args.names:
-        print(build(name, args.out))
+        print(build(name, args.out, rewrite_tokenizer=True))
     return 0
 
 

@@ -1,10 +1,17 @@
-"""`make demo`: replay synthetic agent sessions against three admission policies, then
-serve a tiny model on CPU with HiCache + the `saria` storage backend, run agent-style
-multi-turn sessions against it, and print where each turn's prefix was cached.
+"""`make demo`: coding agents chat with a tiny model served by SGLang with HiCache + the
+`saria` SSD store, through the `openai` SDK, and each turn shows where its prompt was cached.
 
-Why this shape: it is the product's main path in miniature. Two agent sessions share a
-system prompt and tool schemas, their histories grow turn by turn, and small pools force
-the shared prefix out of the device and host tiers so later turns reload it from the store.
+Why this shape: it is what an agent user runs. Several sessions share a system prompt and
+tool schemas; each turn appends the model's reply, a tool call and the tool's result to a
+growing history. The sessions take turns concurrently, so with small pools one session's
+history is pushed out of the device (and host memory) by the others and comes back from
+DRAM or from the SSD store. Halfway the server restarts on the same store (warm SSD).
+The demo writes every page to the store (`full-duplicate`), so the restart finds every
+session's history there; saria's default `eviction:E2` persists a node only at its second
+DRAM eviction, which a few short turns rarely reach (`--admission eviction:E2` shows it;
+scripts/bench_vs_hicache.py measures what E2 saves on a longer agent workload).
+Per turn: SGLang's own cache report (`--enable-cache-report`: usage.prompt_tokens_details,
+split by tier in sglext.cached_tokens_details) and the request's latency.
 """
 
 from __future__ import annotations
@@ -13,86 +20,142 @@ import argparse
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_saria.launcher import SGLangServer, ServerConfig, cached_tokens, saria_hicache_args, saria_metrics
-from sglang_saria.replay import cli as replay_cli
+from openai import OpenAI
+
+from sglang_saria.agents.report import CACHE_DETAILS, TIERS, CacheReport
+from sglang_saria.agents.sessions import TOOLS, AgentSession, agent_sessions
+from sglang_saria.launcher import SGLangServer, ServerConfig, saria_hicache_args, saria_metrics
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
+POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16", "--enable-cache-report"]
 
 
 @dataclass
-class Turn:
+class TurnResult:
+    server: int  # 1 before the restart, 2 after
     session: str
     turn: int
-    prompt: list[int]
+    report: CacheReport
+    latency_s: float
 
 
-def agent_turns(vocab: int = 1000, system_tokens: int = 256, turns: int = 3, neighbours: int = 3) -> list[Turn]:
-    """Two sessions sharing a system+tools prefix, interleaved with unrelated sessions."""
-    system = [1 + i % (vocab - 1) for i in range(system_tokens)]
-    history = {"agent-a": list(system), "agent-b": list(system)}
-    plan: list[Turn] = []
-    for turn in range(1, turns + 1):
-        for offset, name in enumerate(history):
-            history[name] += [(97 * turn + 13 * offset + j) % vocab + 1 for j in range(48)]
-            plan.append(Turn(name, turn, list(history[name])))
-        for n in range(neighbours):
-            plan.append(Turn(f"other-{n}", turn, [(311 * turn + 53 * n + j) % vocab + 1 for j in range(400)]))
-    return plan
+def take_turn(client: OpenAI, session: AgentSession, server: int) -> TurnResult:
+    """One chat turn of one agent; its reply, a tool call and the result join its history."""
+    started = time.perf_counter()
+    response = client.chat.completions.create(
+        model="default", messages=session.messages, tools=TOOLS, max_tokens=8, temperature=0, extra_body=CACHE_DETAILS
+    )
+    latency = time.perf_counter() - started
+    result = TurnResult(server, session.name, session.turn + 1, CacheReport.from_response(response), latency)
+    session.add_turn(response.choices[0].message.content or "")
+    return result
+
+
+def print_turn(r: TurnResult) -> None:
+    t = r.report
+    print(f"{r.server:>6} {r.session:<8} {r.turn:>4} {t.prompt_tokens:>6} {t.device:>6} {t.host:>6} "
+          f"{t.storage:>7} {t.computed:>8} {r.latency_s * 1e3:>8.0f}", flush=True)
+
+
+def run_rounds(url: str, sessions: list[AgentSession], rounds: int, server: int) -> list[TurnResult]:
+    """`rounds` rounds; in each, every session takes one turn, all at once."""
+    client = OpenAI(base_url=f"{url}/v1", api_key="none")
+    results = []
+    with ThreadPoolExecutor(len(sessions)) as pool:
+        for _ in range(rounds):
+            for result in pool.map(lambda s: take_turn(client, s, server), sessions):
+                print_turn(result)
+                results.append(result)
+    return results
+
+
+def plot_turns(results: list[TurnResult], path: Path) -> None:
+    """Stacked bars, one per turn: prompt tokens by where SGLang found them."""
+    from sglang_saria.replay.plot import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    x = list(range(len(results)))
+    bottom = [0] * len(results)
+    colours = {"device": "tab:green", "host": "tab:blue", "storage": "tab:orange", "computed": "tab:gray"}
+    for part, colour in colours.items():
+        heights = [getattr(r.report, part) for r in results]
+        ax.bar(x, heights, bottom=bottom, color=colour, label=part)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    restart = next((i for i, r in enumerate(results) if r.server == 2), None)
+    if restart is not None:
+        ax.axvline(restart - 0.5, color="black", linestyle="--", label="server restart")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("request (all sessions' turns, in order)")
+    ax.set_ylabel("prompt tokens")
+    ax.set_title("where each agent turn's prompt was found", fontsize=9)
+    save_figure(fig, ax, path, legend_loc="upper left")
+
+
+def summarise(results: list[TurnResult], metrics: list[dict[str, float]], admission: str, out: Path) -> None:
+    def total(name: str) -> float:
+        return sum(m.get(name, 0.0) for m in metrics)
+
+    tokens = {tier: sum(getattr(r.report, tier) for r in results) for tier in (*TIERS, "computed")}
+    admissions = sorted({k.split("/")[1] for m in metrics for k in m if k.startswith("sglang:saria_ssd_admissions_total/")})
+    print(f"\nprompt tokens served from: device {tokens['device']}, host {tokens['host']}, storage {tokens['storage']}; "
+          f"computed {tokens['computed']}")
+    print(f"admission ({admission}): " + (", ".join(
+        f"{event} {total(f'sglang:saria_ssd_admissions_total/{event}'):.0f}" for event in admissions) or "no SSD writes"))
+    print(f"SSD: {total('sglang:saria_ssd_bytes_written_total') / 2**20:.2f} MiB written, "
+          f"{total('sglang:saria_ssd_bytes_read_total') / 2**20:.2f} MiB read")
+    print(f"reloads: {total('sglang:saria_reload_tokens_total/dram'):.0f} tokens from DRAM, "
+          f"{total('sglang:saria_reload_tokens_total/ssd'):.0f} from SSD straight into the device pool; "
+          f"{total('sglang:saria_promoted_tokens_total'):.0f} SSD-hit tokens promoted to DRAM; "
+          f"fallbacks {total('sglang:saria_reload_fallbacks_total'):.0f}")
+    print(f"\nplot: {out / 'turns.png'}\nmetrics (each server's /metrics at its end): {out / 'metrics-1.prom'}, "
+          f"{out / 'metrics-2.prom'}\nserver logs: {out / 'server-1.log'}, {out / 'server-2.log'}\n"
+          f"a running server shows the same on http://<host>:<port>/metrics (sglang:saria_*); replay plots: "
+          f"saria-replay --plot FILE.png (README, 'Replay and planning')")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--data-dir", type=Path, default=None, help="saria store folder (default: a temp dir)")
-    parser.add_argument("--admission", default="eviction:E2", help="admission policy of the server (default eviction:E2)")
+    parser.add_argument("--admission", default="full-duplicate",
+                        help="admission policy (default full-duplicate; see the module docstring)")
+    parser.add_argument("--sessions", type=int, default=4, help="concurrent agent sessions (default 4)")
+    parser.add_argument("--rounds", type=int, nargs=2, default=(3, 2), metavar=("BEFORE", "AFTER"),
+                        help="turns per session before and after the restart (default 3 2)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "demo", help="plot, metrics and logs")
     args = parser.parse_args(argv)
 
-    replay_args = [
-        "--trace", "synthetic", "--sessions", "40", "--window", "1h",
-        "--dram-tokens", "300K", "--ssd-tokens", "3M", "--no-progress",
-        "--policy", "none", "--policy", "full-duplicate", "--policy", "eviction:E2",
-    ]
-    print("1) replay: saria-replay " + " ".join(replay_args), flush=True)
-    replay_cli.main(replay_args)
-    print("\n2) serving", flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    sessions = agent_sessions(args.sessions, tool_chars=100)
+    results: list[TurnResult] = []
+    metrics: list[dict[str, float]] = []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="saria-demo-") as scratch:
         data_dir = args.data_dir or Path(scratch) / "ssd0"
-        server_args = [
-            "--page-size", "16", "--max-total-tokens", "640", "--dtype", "bfloat16",
-            *saria_hicache_args({"data_dirs": [str(data_dir)], "admission": args.admission, "capacity": "64MiB"}),
-        ]
-        print(f"starting SGLang on CPU with HiCache + saria store at {data_dir} (about 30 s) ...", flush=True)
-        started = time.monotonic()
-        with SGLangServer(ServerConfig(args.model, args=server_args)) as server:
-            print(f"server ready in {time.monotonic() - started:.0f} s\n")
-            print(f"{'session':<10} {'turn':>4} {'prompt':>6} {'device':>6} {'host':>6} {'storage':>7} {'computed':>8} {'latency':>8}")
-            totals = {"device": 0, "host": 0, "storage": 0, "computed": 0}
-            for turn in agent_turns():
-                result = server.generate(turn.prompt, max_new_tokens=2)
-                tiers = cached_tokens(result)
-                computed = len(turn.prompt) - sum(tiers.values())
-                for tier, count in tiers.items():
-                    totals[tier] += count
-                totals["computed"] += computed
-                latency = result["meta_info"].get("e2e_latency", float("nan"))
-                print(f"{turn.session:<10} {turn.turn:>4} {len(turn.prompt):>6} {tiers['device']:>6} "
-                      f"{tiers['host']:>6} {tiers['storage']:>7} {computed:>8} {latency:>7.3f}s")
-            metrics = saria_metrics(server.metrics())
-        admissions = {k.split("/")[1]: int(v) for k, v in metrics.items() if k.startswith("sglang:saria_ssd_admissions_total/")}
-        print(f"\ntokens served from: device {totals['device']}, host {totals['host']}, "
-              f"storage {totals['storage']}; recomputed {totals['computed']}")
-        print(f"saria store ({args.admission}): admissions by event {admissions or 'none'}, "
-              f"SSD written {metrics.get('sglang:saria_ssd_bytes_written_total', 0) / 1024:.0f} KiB, "
-              f"read {metrics.get('sglang:saria_ssd_bytes_read_total', 0) / 1024:.0f} KiB, "
-              f"host reclaims {int(metrics.get('sglang:saria_host_evictions_total', 0))}")
-        print(f"reloads: {int(metrics.get('sglang:saria_reload_tokens_total/ssd', 0))} tokens SSD -> device "
-              f"directly ({int(metrics.get('sglang:saria_store_pages_read_total/host', 0))} store pages staged "
-              f"in host memory), {int(metrics.get('sglang:saria_reload_tokens_total/dram', 0))} tokens from DRAM, "
-              f"{int(metrics.get('sglang:saria_promoted_tokens_total', 0))} SSD-hit tokens promoted to DRAM")
+        extra = {"data_dirs": [str(data_dir)], "admission": args.admission, "capacity": "64MiB"}
+        print(f"{args.sessions} coding agents, SGLang on CPU with HiCache + saria store at {data_dir} "
+              f"(admission {args.admission})", flush=True)
+        print(f"{'server':>6} {'session':<8} {'turn':>4} {'prompt':>6} {'device':>6} {'host':>6} {'storage':>7} "
+              f"{'computed':>8} {'ms':>8}")
+        for server_no, rounds in enumerate(args.rounds, start=1):
+            config = ServerConfig(args.model, args=POOLS + saria_hicache_args(extra), log_path=args.out / f"server-{server_no}.log")
+            with SGLangServer(config) as server:
+                results += run_rounds(server.url, sessions, rounds, server_no)
+                time.sleep(2)  # the store commits its index once a second: let the last writes land
+                text = server.metrics()
+            (args.out / f"metrics-{server_no}.prom").write_text(text)
+            metrics.append(saria_metrics(text))
+            if server_no == 1:
+                print("--- server restarted: device and host memory empty, the SSD store kept ---", flush=True)
+    plot_turns(results, args.out / "turns.png")
+    summarise(results, metrics, args.admission, args.out)
+    print(f"\ndemo took {time.monotonic() - started:.0f} s")
     return 0
 
 

@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 # Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
+# The tiny models carry a local tokenizer (scripts/make_tiny_models.py): text, chat and
+# token-id requests all work.
 CPU_FLAGS = (
     "--device", "cpu",
-    "--skip-tokenizer-init",
     "--attention-backend", "torch_native",
     "--cuda-graph-backend-decode", "disabled",
     "--cuda-graph-backend-prefill", "disabled",
@@ -31,18 +32,24 @@ CPU_FLAGS = (
 )
 
 
-def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
-    """Flags serving HiCache with the saria store and metrics; ``extra_config`` is the
-    extra-config JSON (store keys, policy sections). Storage prefetch (the host-staged
-    path) waits for completion, so storage hits are taken deterministically."""
+def hicache_args(backend: str, extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
+    """Flags serving HiCache (write-through, SGLang's default) with storage `backend` and
+    metrics; storage prefetch (the host-staged path) waits for completion, so storage hits
+    are taken deterministically. Stock backends (e.g. `file`) take the same flags."""
     return [
         "--enable-metrics",
         "--enable-hierarchical-cache",
         "--hicache-ratio", str(hicache_ratio),
-        "--hicache-storage-backend", "saria",
+        "--hicache-storage-backend", backend,
         "--hicache-storage-prefetch-policy", "wait_complete",
         "--hicache-storage-backend-extra-config", json.dumps(extra_config),
     ]
+
+
+def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -> list[str]:
+    """HiCache with the saria store; ``extra_config`` is the extra-config JSON (store keys,
+    policy sections)."""
+    return hicache_args("saria", extra_config, hicache_ratio)
 
 
 class ServerError(RuntimeError):

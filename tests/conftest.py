@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_saria.launcher import SGLangServer, ServerConfig
+from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, saria_hicache_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,6 +29,9 @@ HYBRID_POOLS = [
     "--max-mamba-cache-size", "16",
     "--max-running-requests", "4",
 ]
+# Chat servers (tokenizer on, SGLang's cache report): a 5-turn agent session is about 1700
+# tokens, so a 2048-token device pool and a 4096-token host pool (ratio 2).
+CHAT_POOLS = ["--page-size", "16", "--max-total-tokens", "2048", "--dtype", "bfloat16", "--enable-cache-report"]
 # Server tests start processes that take 20-50 s on a loaded 2-core machine; one test may
 # start several. Everything else gets the ini default (pyproject.toml).
 E2E_TIMEOUT_S = 900
@@ -89,6 +92,20 @@ def start_server(tiny_model, tmp_path_factory) -> ServerFactory:
 def start_hybrid_server(hybrid_model, tmp_path_factory) -> ServerFactory:
     """`with start_hybrid_server(args, env) as server:` a hybrid-model server, always stopped."""
     return _server_factory(hybrid_model, HYBRID_POOLS, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def start_chat_server(tiny_model, tmp_path_factory):
+    """`with start_chat_server(store_dir, admission, args) as server:` a tiny-model chat
+    server with the saria store at ``store_dir`` and both audits on; ``args`` come last,
+    so they override CHAT_POOLS (e.g. a smaller device pool)."""
+    start = _server_factory(tiny_model, CHAT_POOLS, tmp_path_factory)
+
+    def chat_server(store_dir: Path, admission: str = "full-duplicate", args: tuple[str, ...] = ()):
+        extra = {"data_dirs": [str(store_dir)], "admission": admission, "capacity": "64MiB"}
+        return start(saria_hicache_args(extra) + list(args), env=AUDIT_ENV)
+
+    return chat_server
 
 
 def _cold_runs(start: ServerFactory) -> Iterator[Callable[[list[int]], dict]]:

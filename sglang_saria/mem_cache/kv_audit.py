@@ -182,8 +182,12 @@ class KVAudit:
                 self._stored[(pool_name, page_hash)] = value
                 new.append(f"{pool_name} {page_hash} {value:016x}\n")
         if new and self._log_path is not None:
-            with open(self._log_path, "a") as log:
-                log.writelines(new)
+            try:
+                with open(self._log_path, "a") as log:
+                    log.writelines(new)
+            except OSError as e:  # the store's directory is gone: keep auditing in memory
+                logger.warning("saria KV audit: cannot append to %s (%s); a restart will not audit these pages", self._log_path, e)
+                self._log_path = None
 
     def store_to_host(self, pool_name: str, page_hashes: Sequence[str], host_slots: torch.Tensor, ok: Sequence[bool]) -> None:
         """After a store read into host pages: each equals the page that was stored."""

@@ -38,6 +38,7 @@ class StoreMetrics:
     objects: Gauge
     used_bytes: Gauge
     capacity_bytes: Gauge
+    online: Gauge
     op_seconds: Histogram
 
 
@@ -106,6 +107,13 @@ def store_metrics() -> StoreMetrics:
                     Gauge,
                     "sglang:saria_store_capacity_bytes",
                     "Store capacity",
+                    store,
+                    multiprocess_mode="mostrecent",
+                ),
+                online=_get_or_create(
+                    Gauge,
+                    "sglang:saria_store_online",
+                    "1 while the store serves; 0 once its data dir was removed while serving",
                     store,
                     multiprocess_mode="mostrecent",
                 ),

@@ -14,6 +14,12 @@ runs), so a read into GPU memory can be verified there (`digest_of`).
 
 Callers must keep source buffers unchanged until a put's future resolves, and
 must not use a destination buffer unless the get reports HIT.
+
+A data dir removed while serving takes the store offline (checked once a second): its
+open files would otherwise go on taking writes and serving reads of deleted files, lost
+at the next start. Offline, the store drops its objects (the owner hears them as
+evictions), refuses puts with a counted result and misses every lookup, so requests
+recompute their prefixes; a restart with the directory back opens a fresh store.
 """
 
 from __future__ import annotations
@@ -83,6 +89,10 @@ class StoreStats:
     o_direct: List[bool]
     counts: Dict[str, int]
     devices: List[DeviceEndurance]
+
+
+class StoreOffline(OSError):
+    """The store's data dir was removed while serving; no more I/O goes to it."""
 
 
 class _Op:
@@ -176,6 +186,7 @@ class SariaStore:
         self._inflight: Dict[str, Future] = {}
         self._pending_deletes: List[str] = []
         self._touched: Dict[str, float] = {}
+        self._offline: Optional[str] = None  # why the store went offline, once it has
         self._recover()
         self._seq = self._index.max_seq()
 
@@ -276,6 +287,10 @@ class SariaStore:
         while True:
             with self._lock:
                 self._check_open()
+                if self._offline is not None:
+                    self._count("put", "offline")
+                    result = self._done(PutResult(key, False, f"store offline: {self._offline}"))
+                    break
                 cur = self._entries.get(key)
                 if cur is not None and not overwrite:
                     self._entries.move_to_end(key)
@@ -379,11 +394,16 @@ class SariaStore:
             puts = [b for b in batch if isinstance(b, _PendingPut)]
             waiters = [b for b in batch if isinstance(b, threading.Event)]
             stop = any(b is None for b in batch)
+            self._check_data_dirs()
             self._commit(puts)
             for w in waiters:
                 w.set()
 
     def _commit(self, puts: List[_PendingPut]) -> None:
+        if self._offline is not None:  # the index went with the data dir
+            if puts:
+                self._fail_puts(puts, StoreOffline(self._offline))
+            return
         with self._lock:
             deletes, self._pending_deletes = self._pending_deletes, []
             touches, self._touched = self._touched, {}
@@ -420,6 +440,39 @@ class SariaStore:
         for p in puts:
             self._metrics.op_seconds.labels(self.name, "put").observe(now - p.t0)
             p.future.set_result(PutResult(p.entry.key, True, None, p.evicted))
+        self._update_gauges()
+
+    # ---------------------------------------------------------------- data dirs
+    @property
+    def offline(self) -> Optional[str]:
+        """Why the store is offline (its data dir was removed), or None while it serves."""
+        return self._offline
+
+    def _check_data_dirs(self) -> None:
+        """Go offline when a slab file is gone (its data dir was removed while serving)."""
+        if self._offline is not None:
+            return
+        paths = [self.layout.slab_path(j) for j in range(len(self.layout.data_dirs))]
+        missing = [p for p in paths if not os.path.exists(p)]
+        if not missing:
+            return
+        reason = f"data dir {os.path.dirname(missing[0])} was removed while serving ({missing[0]} is gone)"
+        with self._lock:
+            self._offline = reason
+            dropped = list(self._entries.values())
+            for e in dropped:
+                self._remove(e)
+            self._pending_deletes, self._touched = [], {}
+        logger.error(
+            "saria store %s: %s; the store is offline: %d objects dropped, KV pages are no longer "
+            "written and lookups miss (requests recompute their prefixes). Restore the directory and "
+            "restart the server to use the store again.",
+            self.name,
+            reason,
+            len(dropped),
+        )
+        self._count("offline", "data_dir_removed")
+        self._notify_evicted([e.key for e in dropped])
         self._update_gauges()
 
     # ---------------------------------------------------------------- get
@@ -579,6 +632,7 @@ class SariaStore:
         m.objects.labels(self.name).set(objects)
         m.used_bytes.labels(self.name).set(used)
         m.capacity_bytes.labels(self.name).set(self.capacity_bytes)
+        m.online.labels(self.name).set(0 if self._offline else 1)
         for rep in self.endurance():
             if rep.projected_lifetime_years is not None:
                 m.ssd_projected_lifetime_years.labels(rep.data_dir).set(rep.projected_lifetime_years)

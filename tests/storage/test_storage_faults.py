@@ -1,14 +1,17 @@
-"""Faults: corrupt slabs, full disks, file systems without O_DIRECT, kill -9 mid-batch."""
+"""Faults: corrupt slabs, full disks, file systems without O_DIRECT, kill -9 mid-batch, a data
+dir removed while serving."""
 
 from __future__ import annotations
 
 import errno
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import numpy as np
@@ -193,3 +196,38 @@ def test_kill_9_mid_batch_recovers_completed_objects_and_serves_no_torn_one(tmp_
         assert store.put(f"after-{uuid.uuid4().hex}", np.ones(SLOT, np.uint8)).ok
     finally:
         store.close()
+
+
+def _wait_offline(store: SariaStore, timeout_s: float = 10.0) -> str:
+    """The committer checks the data dirs about once a second."""
+    deadline = time.monotonic() + timeout_s
+    while store.offline is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert store.offline is not None, f"store did not notice its removed data dir within {timeout_s} s"
+    return store.offline
+
+
+def test_data_dir_removed_while_serving_takes_the_store_offline_with_a_log_line_and_counts(
+    make_store, payload, caplog
+):
+    evicted: list[str] = []
+    store = make_store(ndirs=2, on_evict=evicted.extend)
+    assert store.put("before", payload("before", SLOT)).ok
+    removed = store.layout.data_dirs[1]
+    with caplog.at_level(logging.ERROR, logger="sglang_saria.storage.store"):
+        shutil.rmtree(removed)
+        reason = _wait_offline(store)
+    assert removed in reason
+    assert any("the store is offline" in r.getMessage() and removed in r.getMessage() for r in caplog.records)
+    # Its objects are dropped (the owner hears them as evictions), lookups miss, puts are refused.
+    assert evicted == ["before"]
+    assert not store.exists("before") and store.prefix_hits(["before"]) == 0
+    assert store.get("before", np.zeros(SLOT, np.uint8)) is GetStatus.MISS
+    refused = store.put("after", payload("after", SLOT))
+    assert not refused.ok and refused.error.startswith("store offline: ") and removed in refused.error
+    counts = store.stats().counts
+    assert counts["offline_data_dir_removed"] == 1 and counts["put_offline"] == 1
+    store.close()
+    # A restart with the directory back opens a fresh, serving store.
+    reopened = make_store(config=store.config)
+    assert reopened.offline is None and reopened.put("after", payload("after", SLOT)).ok

@@ -1,0 +1,61 @@
+"""Run SGLang's own benchmark client, `python -m sglang.bench_serving`, against a server.
+
+Why a subprocess of the real CLI: the point is that a client written by someone else
+works against a `saria` server, so it runs exactly as a user would run it, and its JSON
+result (per-request TTFTs, errors, SGLang's cache report by tier) is read back.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class BenchResult:
+    requests: int
+    completed: int
+    errors: list[str]  # non-empty error strings of failed requests
+    ttfts_s: list[float]  # successful requests
+    cache: dict  # bench_serving's cache_report: device/host/storage_cached_tokens, ...
+
+    @property
+    def storage_tokens(self) -> int:
+        return int(self.cache.get("storage_cached_tokens") or 0)
+
+    @property
+    def mean_ttft_ms(self) -> float:
+        return statistics.fmean(self.ttfts_s) * 1e3
+
+    @property
+    def p90_ttft_ms(self) -> float:
+        return statistics.quantiles(self.ttfts_s, n=10, method="inclusive")[-1] * 1e3
+
+
+def run_bench_serving(
+    base_url: str, tokenizer: Path, dataset_args: list[str], out_dir: Path, timeout_s: float = 600.0
+) -> BenchResult:
+    """`--backend sglang-oai-chat` (the OpenAI chat endpoint) with `dataset_args`, cache report on."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / "bench_serving.jsonl"
+    out.unlink(missing_ok=True)
+    command = [
+        sys.executable, "-m", "sglang.bench_serving",
+        "--backend", "sglang-oai-chat", "--base-url", base_url, "--tokenizer", str(tokenizer),
+        "--cache-report", "--output-details", "--output-file", str(out), "--disable-tqdm", "--seed", "1",
+        *dataset_args,
+    ]
+    log = out_dir / "bench_serving.log"
+    with open(log, "w") as handle:
+        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s)
+    if done.returncode != 0 or not out.exists():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
+        raise RuntimeError(f"sglang.bench_serving exited with {done.returncode} (log {log}):\n{tail}")
+    result = json.loads(out.read_text().splitlines()[-1])
+    errors = [e for e in result.get("errors", []) if e]
+    ttfts = [t for t, e in zip(result["ttfts"], result["errors"]) if not e]
+    return BenchResult(len(result["errors"]), int(result["completed"]), errors, ttfts, result.get("cache_report") or {})

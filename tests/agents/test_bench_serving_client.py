@@ -1,0 +1,48 @@
+"""SGLang's own benchmark client against a saria server (issue 14): `python -m
+sglang.bench_serving --backend sglang-oai-chat` (the OpenAI chat endpoint) replays
+multi-turn chats, feeding each real reply into the next turn, with two datasets:
+`generated-shared-prefix` with `--gsp-num-turns`, and `agentic-trace` built from WEKA
+Claude Code sessions. Every request succeeds, and SGLang's cache report shows storage hits
+(the device pool is small, so the conversations push one another out to the store)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_saria.agents.bench_client import BenchResult, run_bench_serving
+from sglang_saria.agents.weka_chat import weka_conversations, write_agentic_trace
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
+
+SMALL_DEVICE = ("--max-total-tokens", "1024")  # host pool 2048; the largest prompt is ~800 tokens
+GSP = [
+    "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "6", "--gsp-prompts-per-group", "2",
+    "--gsp-system-prompt-len", "300", "--gsp-question-len", "40", "--gsp-output-len", "4", "--gsp-num-turns", "3",
+]
+
+
+@pytest.fixture(scope="module")
+def results(start_chat_server, tiny_model, tmp_path_factory) -> dict[str, BenchResult]:
+    work = tmp_path_factory.mktemp("bench-serving")
+    trace = write_agentic_trace(work / "weka-agentic.json", weka_conversations(turns=6, max_chars=600))
+    agentic = ["--dataset-name", "agentic-trace", "--dataset-path", str(trace), "--num-prompts", "8", "--sharegpt-output-len", "4"]
+    with start_chat_server(work / "store", args=SMALL_DEVICE) as server:
+        return {
+            "generated-shared-prefix": run_bench_serving(server.url, tiny_model, [*GSP, "--num-prompts", "12"], work / "gsp"),
+            "agentic-trace": run_bench_serving(server.url, tiny_model, agentic, work / "agentic"),
+        }
+
+
+@pytest.mark.parametrize("dataset", ["generated-shared-prefix", "agentic-trace"])
+def test_every_multi_turn_request_succeeds(results, dataset):
+    result = results[dataset]
+    assert result.errors == []
+    assert result.requests >= 12 and result.completed == result.requests
+
+
+@pytest.mark.parametrize("dataset", ["generated-shared-prefix", "agentic-trace"])
+def test_cache_report_shows_storage_hits(results, dataset):
+    cache = results[dataset].cache
+    assert cache["storage_backend"] == "SariaStorage"
+    assert results[dataset].storage_tokens > 0, cache
+    assert cache["total_cached_tokens"] >= cache["device_cached_tokens"] + results[dataset].storage_tokens
