@@ -18,8 +18,9 @@ from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, saria_h
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # Small pools so a few 300-token requests push a prefix out of the device (512 tokens)
-# and out of the host pool (hicache ratio 2 -> about 1K tokens).
-SMALL_POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfloat16"]
+# and out of the host pool (hicache ratio 2 -> about 1K tokens). No warmup request: the
+# caches and the store hold only what a scenario put there.
+SMALL_POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfloat16", "--skip-server-warmup"]
 # The hybrid model in fp16 (the Triton-free GDN path is exact in it; bf16 is not under the
 # interpreter), the same small pools, 16 mamba slots for up to 4 running requests.
 HYBRID_POOLS = [
@@ -28,10 +29,11 @@ HYBRID_POOLS = [
     "--max-total-tokens", "512",
     "--max-mamba-cache-size", "16",
     "--max-running-requests", "4",
+    "--skip-server-warmup",
 ]
 # Chat servers (tokenizer on, SGLang's cache report): a 5-turn agent session is about 1700
 # tokens, so a 2048-token device pool and a 4096-token host pool (ratio 2).
-CHAT_POOLS = ["--page-size", "16", "--max-total-tokens", "2048", "--dtype", "bfloat16", "--enable-cache-report"]
+CHAT_POOLS = ["--page-size", "16", "--max-total-tokens", "2048", "--dtype", "bfloat16", "--enable-cache-report", "--skip-server-warmup"]
 # Server tests start processes that take 20-50 s on a loaded 2-core machine; one test may
 # start several. Everything else gets the ini default (pyproject.toml).
 E2E_TIMEOUT_S = 900

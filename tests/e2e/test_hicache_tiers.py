@@ -121,7 +121,7 @@ def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_
     assert_matches_cold(result, cold_run(TURN_2), "turn 2 after a restart")
     # The audit knows the stored pages' digests from the log the first server appended.
     assert_kv_audit_clean(metrics, ("ssd_to_device",))
-    assert kv_audit_pages(metrics, "ssd_to_device") == 20
+    assert kv_audit_pages(metrics, "ssd_to_device") == metrics["sglang:saria_store_pages_read_total/device"] == 20
 
 
 def test_corrupt_store_pages_fall_back_to_recomputation(start_server, cold_run, direct_session_store):
