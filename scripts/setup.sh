@@ -28,12 +28,27 @@ want=$(cat requirements/*.txt setup.py | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   start=$SECONDS
   echo "setup: installing the $mode environment into .venv/ (first run takes a few minutes)"
-  "${pip[@]}" install -U pip
+  # uv installs the same pinned set ~8x faster than pip (parallel downloads and unpacking);
+  # it does not read pip's config, so pip's configured indexes and wheel folders are passed on.
+  # Without uv (no registry access for it), pip does the same install.
+  install=("${pip[@]}" install)
+  if "${pip[@]}" install uv==0.13.9 >/dev/null 2>&1; then
+    install=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match)
+    while read -r key value; do
+      for v in $value; do
+        case "$key" in
+          *.find-links) install+=(--find-links "$v") ;;
+          *.extra-index-url) install+=(--extra-index-url "$v") ;;
+          *.index-url) install+=(--index-url "$v") ;;
+        esac
+      done
+    done < <(.venv/bin/python -m pip config list 2>/dev/null | sed -E "s/^([^=]*)='?([^']*)'?$/\1 \2/")
+  fi
   if [ "$mode" = cpu ]; then
-    "${pip[@]}" install -c requirements/constraints-cpu.txt -r requirements/cpu.txt
-    "${pip[@]}" install --no-deps sglang==0.5.23
+    "${install[@]}" -c requirements/constraints-cpu.txt -r requirements/cpu.txt
+    "${install[@]}" --no-deps sglang==0.5.23
   else
-    "${pip[@]}" install -r requirements/gpu.txt
+    "${install[@]}" -r requirements/gpu.txt
   fi
   "${pip[@]}" install --no-deps --no-build-isolation -e .
   torch_version=$(.venv/bin/python -c 'import torch; print(torch.__version__)')

@@ -32,7 +32,9 @@ from sglang_saria.launcher import SGLangServer, ServerConfig, saria_hicache_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
-POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16", "--enable-cache-report"]
+# No warmup request: with a tokenizer it is a real prompt that would land in the store.
+POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16", "--enable-cache-report",
+         "--skip-server-warmup"]
 
 
 @dataclass

@@ -22,13 +22,17 @@ from typing import Any
 
 # Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
 # The tiny models carry a local tokenizer (scripts/make_tiny_models.py): text, chat and
-# token-id requests all work.
+# token-id requests all work. --sleep-on-idle: without it an idle scheduler spins a whole
+# core (on a 2-core machine a server kept for later requests halves everyone else's CPU);
+# an idle scheduler then wakes on a request at once, and for HiCache's pending write
+# acknowledgements at least once a second.
 CPU_FLAGS = (
     "--device", "cpu",
     "--attention-backend", "torch_native",
     "--cuda-graph-backend-decode", "disabled",
     "--cuda-graph-backend-prefill", "disabled",
     "--mem-fraction-static", "0.05",
+    "--sleep-on-idle",
 )
 
 

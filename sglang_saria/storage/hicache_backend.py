@@ -78,17 +78,31 @@ def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
     return config
 
 
+def configs_from_extra(extra: Optional[Dict[str, Any]]) -> tuple[StoreConfig, SariaConfig]:
+    """The store's and the policy's config from the extra-config dict HiCache passes on."""
+    store_config = StoreConfig.from_extra_config(
+        extra, SGLANG_EXTRA_KEYS | POLICY_KEYS, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
+    )
+    return store_config, policy_config_from_extra(extra or {})
+
+
+def check_extra_config(raw: Optional[str]) -> None:
+    """Validate `--hicache-storage-backend-extra-config` while SGLang checks its arguments
+    (patch 008): a bad value stops the launch in seconds, naming the field, instead of
+    after the model has loaded. SGLang's own parser reads the JSON or @file and takes its
+    keys (prefetch_threshold, ...) out, exactly as HiCache does before building the backend."""
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
+
+    configs_from_extra(HybridCacheController.parse_storage_backend_extra_config(raw)[0])
+
+
 class SariaStorage(HiCacheStorage):
     def __init__(
         self,
         storage_config: HiCacheStorageConfig,
         mem_pool_host: Any = None,
     ) -> None:
-        known = SGLANG_EXTRA_KEYS | POLICY_KEYS
-        self.store_config = StoreConfig.from_extra_config(
-            storage_config.extra_config, known, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
-        )
-        self.policy_config = policy_config_from_extra(storage_config.extra_config or {})
+        self.store_config, self.policy_config = configs_from_extra(storage_config.extra_config)
         self.saria_policy: Optional[SariaHiCachePolicy] = None
         # Set by the radix cache when SGLANG_SARIA_AUDIT_KV=1: checks every page this store moves.
         self.kv_audit: Optional[KVAudit] = None
