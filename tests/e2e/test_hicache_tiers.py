@@ -13,9 +13,9 @@ The metrics tell the two apart (store pages read into the device vs into the hos
 A store whose pages fail their checksum makes the reload fall back to recomputation.
 Lazy partial promotion keeps a share of an SSD reload in host memory, and a later reload
 of that prefix takes the promoted share from DRAM and the rest from SSD in one plan.
-Each scenario has its own server and store; the restart and corruption scenarios start
-from the store exactly as the session scenario left it (restored at its own path, which
-the store's index records).
+Each scenario has its own server and store; the restart scenario starts from the store
+exactly as the session scenario left it (restored at its own path, which the store's
+index records), and then corrupts it.
 """
 
 from __future__ import annotations
@@ -112,31 +112,51 @@ def test_host_staged_reload_takes_storage_hits_through_host_memory(start_server,
     assert_kv_audit_clean(metrics, ("device_to_host", "host_to_device", "host_to_ssd", "ssd_to_host"))
 
 
-def test_restarted_server_serves_prefix_from_populated_store(start_server, cold_run, direct_session_store):
+@dataclass
+class Restart:
+    from_store: dict  # turn 2 on a server restarted on the session's store
+    from_store_metrics: dict[str, float]
+    corrupt: dict  # turn 2 again, device and host flushed, every stored page corrupted
+    corrupt_metrics: dict[str, float]
+
+
+@pytest.fixture(scope="module")
+def restart(start_server, direct_session_store) -> Restart:
+    """One server restarted on the store the session left: first a warm-SSD hit, then the
+    same prefix once every stored page fails its checksum (flushed from device and host
+    first, so only the store holds it)."""
     store = direct_session_store.restored()
     with start_server(hicache_args(store), env=AUDIT_ENV) as server:
-        result = server.generate(TURN_2)
-        metrics = saria_metrics(server.metrics())
-    assert cached_tokens(result) == {"device": 0, "host": 0, "storage": 320}
-    assert_matches_cold(result, cold_run(TURN_2), "turn 2 after a restart")
+        from_store = server.generate(TURN_2)
+        server.wait_storage_writes()
+        from_store_metrics = saria_metrics(server.metrics())
+        server.flush_cache()
+        slabs = list(store.rglob(SLAB_NAME))
+        assert slabs, "the session scenario left no slab file"
+        for slab in slabs:  # in place: the running store keeps its open files
+            with slab.open("r+b") as f:
+                f.write(b"\xff" * slab.stat().st_size)
+        corrupt = server.generate(TURN_2)
+        return Restart(from_store, from_store_metrics, corrupt, saria_metrics(server.metrics()))
+
+
+def test_restarted_server_serves_prefix_from_populated_store(cold_run, restart):
+    metrics = restart.from_store_metrics
+    assert cached_tokens(restart.from_store) == {"device": 0, "host": 0, "storage": 320}
+    assert_matches_cold(restart.from_store, cold_run(TURN_2), "turn 2 after a restart")
     # The audit knows the stored pages' digests from the log the first server appended.
     assert_kv_audit_clean(metrics, ("ssd_to_device",))
     assert kv_audit_pages(metrics, "ssd_to_device") == metrics["sglang:saria_store_pages_read_total/device"] == 20
 
 
-def test_corrupt_store_pages_fall_back_to_recomputation(start_server, cold_run, direct_session_store):
-    store = direct_session_store.restored()
-    slabs = list(store.rglob(SLAB_NAME))
-    assert slabs, "the session scenario left no slab file"
-    for slab in slabs:  # every stored page now fails its checksum on read
-        slab.write_bytes(b"\xff" * slab.stat().st_size)
-    with start_server(hicache_args(store), env=AUDIT_ENV) as server:
-        result = server.generate(TURN_2)
-        metrics = saria_metrics(server.metrics())
-    assert cached_tokens(result) == {"device": 0, "host": 0, "storage": 0}
-    assert_matches_cold(result, cold_run(TURN_2), "turn 2 recomputed")
+def test_corrupt_store_pages_fall_back_to_recomputation(cold_run, restart):
+    metrics = restart.corrupt_metrics
+    assert cached_tokens(restart.corrupt) == {"device": 0, "host": 0, "storage": 0}
+    assert_matches_cold(restart.corrupt, cold_run(TURN_2), "turn 2 recomputed")
     assert metrics["sglang:saria_reload_fallbacks_total/store_corrupt"] == 1
-    assert kv_audit_pages(metrics, "ssd_to_device") == 0, "a corrupt page was loaded"
+    no_new_pages = kv_audit_pages(restart.from_store_metrics, "ssd_to_device")
+    assert kv_audit_pages(metrics, "ssd_to_device") == no_new_pages, "a corrupt page was loaded"
+    assert_kv_audit_clean(metrics, ("ssd_to_device",))  # the restart's pages: none changed since
 
 
 def test_promoted_share_comes_back_from_dram_with_the_rest_from_ssd_in_one_plan(start_server, cold_run, tmp_path):
