@@ -61,3 +61,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 fi
 
 .venv/bin/python scripts/apply_patches.py
+# HiCache's page-hash extension, compiled once here rather than in a server's first request
+# (the launcher points servers at the same folder).
+if [ ! -e .venv/torch_extensions/hicache_hash_cpp/hicache_hash_cpp.so ]; then
+  TORCH_EXTENSIONS_DIR="$root/.venv/torch_extensions" .venv/bin/python -c \
+    'from sglang.srt.mem_cache.cpp_utils.native_hash import _load_native_hash_module as m; m()'
+fi

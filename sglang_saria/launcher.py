@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# HiCache hashes pages with a C++ extension that torch compiles on first use (20-50 s on
+# 2 cores) into one cache per user, rebuilt whenever another venv's copy of the source is
+# loaded. One cache per venv; scripts/setup.sh compiles it there once.
+TORCH_EXTENSIONS_DIR = Path(sys.prefix) / "torch_extensions"
+
 # Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
 # The tiny models carry a local tokenizer (scripts/make_tiny_models.py): text, chat and
 # token-id requests all work. --sleep-on-idle: without it an idle scheduler spins a whole
@@ -138,6 +143,7 @@ class SGLangServer:
     def _start_once(self) -> "SGLangServer":
         env = dict(os.environ, **self.config.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
         log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
