@@ -16,11 +16,15 @@ models: setup $(MODELS)
 demo: models
 	@$(PY) -m sglang_saria.demo
 
+# Two pytest-xdist workers, one test file at a time each (a file's servers start once): a
+# server test leaves part of a 2-core machine idle (process startup, waits for the store).
+TEST_WORKERS ?= 2
+
 test: models
-	@$(PY) -m pytest tests -q
+	@$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 test-fast: models  # everything but the real-server (e2e) tests
-	@$(PY) -m pytest tests -q -m "not e2e"
+	@$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
 
 check-patches: setup
 	@$(PY) scripts/apply_patches.py --check
