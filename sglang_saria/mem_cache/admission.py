@@ -60,7 +60,7 @@ class AdmissionPolicy(ABC):
 
     def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
         """A write of ``nbytes`` was emitted for ``event``."""
-        self.admitted[event.value] += 1
+        self.admitted[event] += 1  # a str enum: hashes and compares as its value
 
     def reset(self) -> None:
         self.admitted = {e.value: 0 for e in AdmissionEvent}

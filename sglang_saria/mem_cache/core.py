@@ -112,21 +112,23 @@ class SariaCore:
         dram, ssd = self.dram, self.ssd
         # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
         hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
+        ssd_hits: list[int] = []
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
             src_rev = plan.sources[::-1]
             dram.access_many([k for k, src in zip(hit, src_rev) if src == DRAM])
-            ssd.read_many([k for k, src in zip(hit, src_rev) if src == SSD], self.block_bytes)
+            ssd_hits = [k for k, src in zip(hit, src_rev) if src == SSD]
+            ssd.read_many(ssd_hits, self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
-        # the blocks this request reloads from SSD stay put while it reads them
-        reading = frozenset(k for k, src in zip(keys, plan.sources) if src == SSD) if plan.ssd_blocks else frozenset()
-        hbm = set(keys) if reached and self.robust else ()
-        for k in reached:
-            node = nodes[k]
-            if node.fa_loc & DRAM and not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=hbm)
+        if reached:
+            reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
+            hbm = set(keys) if self.robust else ()
+            for k in reached:
+                node = nodes[k]
+                if node.fa_loc & DRAM and not node.fa_loc & SSD:
+                    self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=hbm)
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -183,8 +185,7 @@ class SariaCore:
         missing head makes everything behind it unusable. Touching deepest-first keeps that
         order in a flat LRU (the head ends up most recent).
         """
-        dram = self.dram
-        dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
+        self.dram.access_resident(keys[n_hit - 1 :: -1])
 
     def _admit(
         self, key: int, node: ContextNode, event: AdmissionEvent, acts: Actions,
@@ -316,7 +317,7 @@ class SariaCore:
         dram = self.dram
         nodes = self.metadata.nodes
         writes_ssd = self.admission.writes_ssd
-        while dram.free_tokens < need_tokens and len(dram):
+        while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
             node.E += 1

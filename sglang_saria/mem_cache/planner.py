@@ -43,6 +43,8 @@ def plan_reload(
     ``hybrid``: the model has GDN layers, so only prefixes ending on an available
     checkpoint are reusable (FA KV alone cannot resume the recurrent state).
     """
+    if planner == "saria" and not hybrid:
+        return _plan_saria_fa(keys, nodes)
     sources: list[int] = []
     append = sources.append
     get = nodes.get
@@ -82,3 +84,23 @@ def plan_reload(
         best_ck = 0
     dram = sources.count(DRAM)
     return ReloadPlan(best, sources, best_ck, dram, best - dram)
+
+
+def _plan_saria_fa(keys: list[int], nodes: dict[int, ContextNode]) -> ReloadPlan:
+    """``saria`` on an FA-only model, the replay's most frequent call: the same walk with every
+    per-block test that cannot apply taken out of the loop."""
+    sources: list[int] = []
+    append = sources.append
+    get = nodes.get
+    d, s = DRAM, SSD
+    for k in keys:
+        node = get(k)
+        if node is None:
+            break
+        loc = node.fa_loc
+        if not loc:
+            break
+        append(d if loc & d else s)
+    n = len(sources)
+    dram = sources.count(DRAM)
+    return ReloadPlan(n, sources, 0, dram, n - dram)

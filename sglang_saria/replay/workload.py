@@ -83,6 +83,30 @@ def apply_limits(sessions: list[TraceSession],
     return kept
 
 
+def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], int]:
+    """Every request's block keys renumbered 0..n-1 (the same key, the same number), per session; and n.
+
+    Why: the policy core hashes each key several times per request (metadata, tiers, recency
+    lists); trace keys are 64-bit values that Python holds as multi-digit ints, small dense ints
+    hash and compare faster. Renumbering is injective and keys are only compared for identity,
+    so every decision is unchanged (``tests/replay/test_replay_outputs_pinned.py``).
+    """
+    arrays = [r.block_keys for s in sessions for r in s.requests]
+    if not arrays:
+        return [[] for _ in sessions], 0
+    distinct, ids = np.unique(np.concatenate(arrays), return_inverse=True)
+    out: list[list[np.ndarray]] = []
+    pos = 0
+    for s in sessions:
+        per: list[np.ndarray] = []
+        for r in s.requests:
+            n = len(r.block_keys)
+            per.append(ids[pos : pos + n])
+            pos += n
+        out.append(per)
+    return out, len(distinct)
+
+
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", re.IGNORECASE)
 _SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TOKENS = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmg]?)\s*", re.IGNORECASE)
