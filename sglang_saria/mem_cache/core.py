@@ -49,6 +49,21 @@ class CoreStats:
     credit_refused: int = 0  # admitted writes refused: total writes would pass the computed content (robust rule)
 
 
+class KeySet:
+    """Membership in a request's keys, the set built on the first query (most requests never ask)."""
+
+    __slots__ = ("_keys", "_set")
+
+    def __init__(self, keys: list[int]) -> None:
+        self._keys = keys
+        self._set: set[int] | None = None
+
+    def __contains__(self, key: object) -> bool:
+        if self._set is None:
+            self._set = set(self._keys)
+        return key in self._set
+
+
 #: ``on_write(key, node, event, parent_on_ssd)``: diagnostics hook called for every SSD write decided
 WriteHook = Callable[[int, ContextNode, AdmissionEvent, bool], None]
 
@@ -72,6 +87,8 @@ class SariaCore:
         self.block_bytes = spec.kv_bytes_per_token * bt
         self.ckpt_bytes = spec.checkpoint_bytes
         self.ckpt_tokens = spec.checkpoint_token_equiv
+        # (tokens, bytes) of a node without / with a GDN checkpoint, indexed by bool
+        self._sizes = ((bt, self.block_bytes), (bt + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes))
         self.stats = CoreStats()
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
@@ -124,7 +141,7 @@ class SariaCore:
             ssd.bytes_read += self.ckpt_bytes
         if reached:
             reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
-            hbm = set(keys) if self.robust else ()
+            hbm = KeySet(keys) if self.robust else ()
             for k in reached:
                 node = nodes[k]
                 if node.fa_loc & DRAM and not node.fa_loc & SSD:
@@ -142,7 +159,7 @@ class SariaCore:
         nodes = self.metadata.nodes
         dram = self.dram
         writes_ssd = self.admission.writes_ssd
-        self._hbm = set(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        self._hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
@@ -174,9 +191,7 @@ class SariaCore:
     # ------------------------------------------------------------- internals
     def _size(self, node: ContextNode) -> tuple[int, int]:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
-        if node.ck_loc >= 0:
-            return self.block_tokens + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes
-        return self.block_tokens, self.block_bytes
+        return self._sizes[node.ck_loc >= 0]
 
     def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
         """Make the reused prefix more recent than the blocks computed after it.
