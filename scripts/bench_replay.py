@@ -54,8 +54,10 @@ def run_in(src: Path, args: argparse.Namespace, policy: str) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--trace", args.trace,
            "--sessions", str(args.sessions), "--model", args.model, "--policy", policy]
     env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"replay of {policy} with {src} failed:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:
