@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from sglang_saria.config import AdmissionConfig
 from sglang_saria.mem_cache import policy_names
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
-
-SECONDS_PER_DAY = 86400.0
+from sglang_saria.units import SECONDS_PER_DAY
 
 # Prometheus gauges the SGLang adapter exports from ``WriteBudgetController.state()``.
 METRIC_BUDGET_THETA_E = "sglang:saria_budget_theta_e"

@@ -28,6 +28,7 @@ from sglang_saria.mem_cache.core import SariaCore, WriteHook
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.metrics import RequestLog, summarize
 from sglang_saria.replay.workload import dense_keys
+from sglang_saria.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
     from sglang_saria.replay.trace import TraceSession
@@ -228,7 +229,7 @@ def replay(
         ssd_capacity_bytes=cfg.capacity.ssd_tokens * kvb,
         writes_never_read_frac=ssd.writes_never_read_frac,
         dram_evictions=core.stats.dram_evictions,
-        days_replayed=min(end_t, settings.horizon_s) / 86400.0,
+        days_replayed=min(end_t, settings.horizon_s) / SECONDS_PER_DAY,
         dwpd=settings.dwpd,
     )
     logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), gpu_busy, end_t)

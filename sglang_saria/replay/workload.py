@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 
 import numpy as np
 
@@ -106,24 +105,3 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], in
         out.append(per)
     return out, len(distinct)
 
-
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhd]?)\s*", re.IGNORECASE)
-_SECONDS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_TOKENS = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmg]?)\s*", re.IGNORECASE)
-_SCALE = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
-
-
-def parse_duration(text: str) -> float:
-    """'12h', '40m', '90s', '2d', '3600' -> seconds."""
-    m = _DURATION.fullmatch(str(text))
-    if not m:
-        raise ValueError(f"bad duration {text!r}: expected a number with an optional unit s/m/h/d, e.g. 12h")
-    return float(m.group(1)) * _SECONDS[m.group(2).lower()]
-
-
-def parse_tokens(text: str) -> int:
-    """'1M', '10M', '512K', '2.5M', '4096' -> token count."""
-    m = _TOKENS.fullmatch(str(text))
-    if not m:
-        raise ValueError(f"bad token count {text!r}: expected a number with an optional K/M/G suffix, e.g. 10M")
-    return int(round(float(m.group(1)) * _SCALE[m.group(2).lower()]))
