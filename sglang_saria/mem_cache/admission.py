@@ -93,15 +93,13 @@ class FullDuplicate(AdmissionPolicy):
 
 
 class ThresholdAdmission(AdmissionPolicy):
-    """Admit when ``E >= theta_E`` (eviction history) or ``R >= theta_R`` (popularity)."""
+    """Admit when ``E >= theta_E`` (eviction history) or ``R >= theta_R`` (popularity).
+
+    The thresholds come from a parsed name (``policy_names.parse`` checks them, once).
+    """
 
     def __init__(self, theta_E: int | None, theta_R: int | None) -> None:
         super().__init__()
-        if theta_E is None and theta_R is None:
-            raise ValueError("at least one of theta_E, theta_R must be set")
-        for label, v in (("E", theta_E), ("R", theta_R)):
-            if v is not None and v < 1:
-                raise ValueError(f"threshold {label}{v} must be >= 1")
         self.theta_E = theta_E
         self.theta_R = theta_R
         self.uses_eviction_count = theta_E is not None
@@ -118,14 +116,6 @@ class ThresholdAdmission(AdmissionPolicy):
         if event is AdmissionEvent.PREWRITE:
             E += 1
         return E >= self.theta_E
-
-
-def parse_budget_dwpd(name: str) -> float:
-    """DWPD of a ``budget:<DWPD>`` name; raises ValueError for zero, negative or malformed values."""
-    pn = policy_names.parse(name)
-    if pn.kind != "budget":
-        raise ValueError(f"admission policy {name!r}: not a budget:<DWPD> policy")
-    return pn.dwpd
 
 
 def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:
