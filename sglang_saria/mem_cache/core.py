@@ -351,13 +351,13 @@ class SariaCore:
         prefix = keys[: plan.n_blocks]
         in_dram = 0
         candidates: list[int] = []
-        for k in prefix:
-            node = nodes.get(k)
+        for k, node in zip(prefix, map(nodes.get, prefix)):
             if node is None:
                 continue
-            if node.fa_loc & DRAM:
+            loc = node.fa_loc
+            if loc & DRAM:
                 in_dram += 1
-            elif node.fa_loc & SSD:
+            elif loc & SSD:
                 candidates.append(k)
         n = self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))
         if n == 0:

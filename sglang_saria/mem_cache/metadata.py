@@ -67,19 +67,15 @@ class ContextMetadata:
         Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
         reuse-triggered admission path turns into asynchronous writes. O(len(keys)).
         """
-        get = self.nodes.get
         reached: list[int] = []
-        parent = ROOT
-        for i, k in enumerate(keys):
-            node = get(k)
+        for i, node in enumerate(map(self.nodes.get, keys)):  # lazy: a node created at i is seen at i + 1
             if node is None:
-                self._create(k, i, parent, now)
-            else:
-                node.R += 1
-                node.t_reuse = now
-                if node.R == r_watch:
-                    reached.append(k)
-            parent = k
+                self._create(keys[i], i, keys[i - 1] if i else ROOT, now)
+                continue
+            node.R += 1
+            node.t_reuse = now
+            if node.R == r_watch:
+                reached.append(keys[i])
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         return reached
 

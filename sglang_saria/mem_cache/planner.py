@@ -91,10 +91,8 @@ def _plan_saria_fa(keys: list[int], nodes: dict[int, ContextNode]) -> ReloadPlan
     per-block test that cannot apply taken out of the loop."""
     sources: list[int] = []
     append = sources.append
-    get = nodes.get
     d, s = DRAM, SSD
-    for k in keys:
-        node = get(k)
+    for node in map(nodes.get, keys):
         if node is None:
             break
         loc = node.fa_loc
