@@ -30,6 +30,10 @@ class AdmissionEvent(str, Enum):
     CLOSURE = "closure"  # an ancestor written with an admitted node (robust rule: SSD stays prefix-closed); never asked
 
 
+# members as module constants: an Enum class attribute costs ~10x a global lookup, and the
+# predicates below run for every DRAM eviction and prewrite candidate
+_INSERT, _REUSE, _PREWRITE = AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.PREWRITE
+
 # Prometheus name under which the SGLang adapter exports ``AdmissionPolicy.admitted`` (label: event).
 METRIC_ADMITTED = "sglang:saria_ssd_admissions_total"
 
@@ -109,13 +113,14 @@ class ThresholdAdmission(AdmissionPolicy):
         self.name = f"{kind}:{''.join(parts)}"
 
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
-        if self.theta_R is not None and R >= self.theta_R:
+        theta_R, theta_E = self.theta_R, self.theta_E
+        if theta_R is not None and R >= theta_R:
             return True
-        if self.theta_E is None or event is AdmissionEvent.INSERT or event is AdmissionEvent.REUSE:
+        if theta_E is None or event is _INSERT or event is _REUSE:
             return False
-        if event is AdmissionEvent.PREWRITE:
+        if event is _PREWRITE:
             E += 1
-        return E >= self.theta_E
+        return E >= theta_E
 
 
 def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:

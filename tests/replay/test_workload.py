@@ -75,3 +75,14 @@ def test_dense_keys_number_each_distinct_key_once_across_sessions():
     (ka,), (kb,) = keys
     assert n == 4 and sorted({*ka.tolist(), *kb.tolist()}) == [0, 1, 2, 3]
     assert ka[0] == kb[0] and len({ka[1], ka[2], kb[1]}) == 3
+
+
+def test_dense_keys_of_requests_extending_their_predecessor_equal_a_full_renumbering():
+    base = np.array([5, 2**63 + 1, 9, 4], dtype=np.uint64)
+    reqs = [base[:2], base[:3], np.array([5, 77, 9], dtype=np.uint64), base]  # extend, diverge, come back
+    sessions = [TraceSession("s", [TraceRequest(0.0, 0.0, 512 * len(k), 1, k) for k in reqs])]
+    keys, n = dense_keys(sessions)
+    distinct = np.unique(np.concatenate(reqs))
+    assert n == len(distinct)
+    for got, k in zip(keys[0], reqs):
+        assert got.tolist() == np.searchsorted(distinct, k).tolist()
