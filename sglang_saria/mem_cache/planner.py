@@ -43,8 +43,9 @@ def plan_reload(
     ``hybrid``: the model has GDN layers, so only prefixes ending on an available
     checkpoint are reusable (FA KV alone cannot resume the recurrent state).
     """
-    if planner == "saria" and not hybrid:
-        return _plan_saria_fa(keys, nodes)
+    if planner == "saria":
+        return _plan_saria(keys, nodes, hybrid)
+    # the baselines: lmcache, gds-only
     sources: list[int] = []
     append = sources.append
     get = nodes.get
@@ -56,11 +57,7 @@ def plan_reload(
         if node is None:
             break
         loc = node.fa_loc
-        if planner == "saria":
-            if not loc:
-                break
-            src = DRAM if loc & DRAM else SSD
-        elif planner == "lmcache":
+        if planner == "lmcache":
             if phase == DRAM and not loc & DRAM:
                 phase = SSD
             if not loc & phase:
@@ -76,7 +73,7 @@ def plan_reload(
             ck_ok = ck & (SSD if planner == "gds-only" else (DRAM | SSD))
             if ck_ok:
                 best = len(sources)
-                best_ck = _pick(ck_ok) if planner == "saria" else (src if ck & src else _pick(ck_ok))
+                best_ck = src if ck & src else _pick(ck_ok)
     if hybrid:
         del sources[best:]
     else:
@@ -86,12 +83,13 @@ def plan_reload(
     return ReloadPlan(best, sources, best_ck, dram, best - dram)
 
 
-def _plan_saria_fa(keys: list[int], nodes: dict[int, ContextNode]) -> ReloadPlan:
-    """``saria`` on an FA-only model, the replay's most frequent call: the same walk with every
-    per-block test that cannot apply taken out of the loop."""
+def _plan_saria(keys: list[int], nodes: dict[int, ContextNode], hybrid: bool) -> ReloadPlan:
+    """``saria``, the replay's most frequent call: every FA block from DRAM, else SSD; on a hybrid
+    model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred)."""
     sources: list[int] = []
     append = sources.append
-    d, s = DRAM, SSD
+    d, s, both = DRAM, SSD, DRAM | SSD
+    best = best_ck = 0
     for node in map(nodes.get, keys):
         if node is None:
             break
@@ -99,6 +97,14 @@ def _plan_saria_fa(keys: list[int], nodes: dict[int, ContextNode]) -> ReloadPlan
         if not loc:
             break
         append(d if loc & d else s)
-    n = len(sources)
+        if hybrid and node.ck_loc > 0:
+            ck_ok = node.ck_loc & both
+            if ck_ok:
+                best = len(sources)
+                best_ck = _pick(ck_ok)
+    if hybrid:
+        del sources[best:]
+    else:
+        best = len(sources)
     dram = sources.count(DRAM)
-    return ReloadPlan(n, sources, 0, dram, n - dram)
+    return ReloadPlan(best, sources, best_ck, dram, best - dram)
