@@ -2,7 +2,8 @@
 
 import pytest
 
-from sglang_saria.storage.config import Capacity, StoreConfig, parse_bytes
+from sglang_saria.storage.config import Capacity, StoreConfig
+from sglang_saria.units import parse_bytes
 
 
 def test_store_keys_are_taken_and_policy_keys_are_left_alone():
