@@ -9,9 +9,9 @@ from prometheus_client import REGISTRY, generate_latest
 
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount
-from sglang_saria.units import DriveRating
 from sglang_saria.storage.index import DeviceCounters
 from sglang_saria.storage.metrics import store_metrics
+from sglang_saria.units import DriveRating
 
 SLOT = 64 * 1024
 
