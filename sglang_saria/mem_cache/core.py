@@ -9,7 +9,7 @@ real pages. Nothing here touches pools, files or wall clocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -98,7 +98,7 @@ class SariaCore:
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
         # robust rule (docs/fidelity.md): threshold policies write prefix-closed chains, hybrid writes start at
         # checkpoint nodes, and a copy lost from SSD spends the eviction evidence that admitted it
-        self._hbm: Collection[int] = ()
+        self._hbm: Container[int] = ()
         self.robust = cfg.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
         self.on_write: WriteHook | None = None
 
@@ -208,7 +208,7 @@ class SariaCore:
 
     def _admit(
         self, key: int, node: ContextNode, event: AdmissionEvent, acts: Actions,
-        pinned: Collection[int] = frozenset(), hbm: Collection[int] | None = None,
+        pinned: Collection[int] = frozenset(), hbm: Container[int] | None = None,
     ) -> bool:
         """Ask the policy about a node not on SSD and persist it if admitted; True if written.
 
@@ -262,7 +262,7 @@ class SariaCore:
         md = self.metadata
         return md.created * self.block_bytes + md.created_checkpoints * self.ckpt_bytes
 
-    def _missing_prefix(self, key: int, node: ContextNode, hbm: Collection[int]) -> list[int] | None:
+    def _missing_prefix(self, key: int, node: ContextNode, hbm: Container[int]) -> list[int] | None:
         """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of
         them has no copy to write from (neither DRAM nor the current request's GPU blocks)."""
         nodes = self.metadata.nodes
