@@ -13,7 +13,7 @@ setup(
     entry_points={
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
-            "saria-plan=sglang_saria.replay.plan:main",
+            "saria-plan=sglang_saria.replay.planning.cli:main",
         ]
     },
 )

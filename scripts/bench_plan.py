@@ -23,10 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig, parse_duration_s, parse_token_count  # noqa: E402
+from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig  # noqa: E402
+from sglang_saria.units import parse_count, parse_duration_s  # noqa: E402
 from sglang_saria.model_specs import get_model_spec  # noqa: E402
 from sglang_saria.replay.driver import ReplaySettings, replay  # noqa: E402
-from sglang_saria.replay.plan import load_step_starts, sweep  # noqa: E402
+from sglang_saria.replay.planning.sweep import load_step_starts, sweep  # noqa: E402
 from sglang_saria.replay.report import plot_ssd_writes  # noqa: E402
 from sglang_saria.replay.trace import load_trace  # noqa: E402
 from sglang_saria.replay.workload import apply_limits  # noqa: E402
@@ -50,7 +51,7 @@ def main() -> int:
     args = ap.parse_args()
 
     spec = get_model_spec(args.model)
-    cap = CapacityConfig(parse_token_count(args.dram_tokens, "--dram-tokens"), parse_token_count(args.ssd_tokens, "--ssd-tokens"))
+    cap = CapacityConfig(parse_count(args.dram_tokens, "--dram-tokens"), parse_count(args.ssd_tokens, "--ssd-tokens"))
     w1, w2 = parse_duration_s(args.window, "--window"), parse_duration_s(args.load_step, "--load-step")
     sessions = apply_limits(load_trace(args.trace, spec.default_block_tokens, max_sessions=args.sessions))
     starts = load_step_starts(sessions, w1, w2, seed=0)

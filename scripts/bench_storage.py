@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the summary JSON here")
     args = ap.parse_args()
 
-    from sglang_saria.storage.config import parse_bytes
+    from sglang_saria.units import parse_bytes
 
     size, obj = parse_bytes(args.size, "--size"), parse_bytes(args.object, "--object")
     base = args.dir or tempfile.mkdtemp(prefix="saria-bench-", dir="/tmp")

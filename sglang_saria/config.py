@@ -8,53 +8,16 @@ bad key or value fails the same way in both places, naming the field and value.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_saria.mem_cache import policy_names
+from sglang_saria.units import ConfigError, parse_count
 
 PROMOTION_MODES = ("zero", "half", "full", "saria")
 TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
 ADMISSION_RULES = ("robust", "paper")
-
-_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$")
-_SIZE_MULT = {"": 1, "k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
-
-
-class ConfigError(ValueError):
-    """A configuration value or key is invalid; the message names source, field and value."""
-
-
-def parse_token_count(value: Any, field_name: str = "tokens") -> int:
-    """Parse token capacities such as ``1M``, ``10M``, ``512k`` or ``1500000``."""
-    if isinstance(value, bool):
-        raise ConfigError(f"{field_name}: expected a token count, got {value!r}")
-    if isinstance(value, (int, float)):
-        n = value
-    else:
-        m = _SIZE_RE.match(str(value))
-        if not m:
-            raise ConfigError(f"{field_name}: cannot parse token count {value!r} (use e.g. 1M, 10M, 512k, 65536)")
-        n = float(m.group(1)) * _SIZE_MULT[m.group(2).lower()]
-    if n < 0 or n != int(n):
-        raise ConfigError(f"{field_name}: token count must be a non-negative integer, got {value!r}")
-    return int(n)
-
-
-def parse_duration_s(value: Any, field_name: str = "duration") -> float:
-    """Parse ``12h``, ``40m``, ``90s`` or a number of seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        s = float(value)
-    else:
-        m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*([smhd]?)\s*$", str(value))
-        if not m:
-            raise ConfigError(f"{field_name}: cannot parse duration {value!r} (use e.g. 12h, 40m, 90s)")
-        s = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
-    if s <= 0:
-        raise ConfigError(f"{field_name}: duration must be positive, got {value!r}")
-    return s
 
 
 def _check(cond: bool, name: str, value: Any, why: str) -> None:
@@ -221,7 +184,7 @@ def _coerce(name: str, f: dataclasses.Field, v: Any, source: str) -> Any:
     typ = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     try:
         if name.startswith("capacity."):
-            return parse_token_count(v, name)
+            return parse_count(v, name)
         if typ == "int":
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ConfigError(f"{name}={v!r}: expected an integer")

@@ -19,11 +19,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sglang_saria.config import AdmissionConfig
+from sglang_saria.config import AdmissionConfig, ConfigError
 from sglang_saria.mem_cache import policy_names
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
-
-SECONDS_PER_DAY = 86400.0
+from sglang_saria.units import SECONDS_PER_DAY
 
 # Prometheus gauges the SGLang adapter exports from ``WriteBudgetController.state()``.
 METRIC_BUDGET_THETA_E = "sglang:saria_budget_theta_e"
@@ -32,7 +31,8 @@ METRIC_BUDGET_FILL = "sglang:saria_budget_bucket_fill_ratio"
 
 @dataclass(frozen=True)
 class BudgetParams:
-    """Controller knobs (``AdmissionConfig.budget_*``); capacity comes from the drive or SSD tier."""
+    """Controller knobs (``AdmissionConfig.budget_*``, checked by its ``validate``, and the DWPD of the
+    policy name, checked by ``policy_names.parse``); capacity comes from the drive or SSD tier."""
 
     dwpd: float
     capacity_bytes: int
@@ -40,18 +40,6 @@ class BudgetParams:
     theta_min: int = 2
     theta_max: int = 12
     reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
-
-    def __post_init__(self) -> None:
-        if not (self.dwpd > 0 and math.isfinite(self.dwpd)):
-            raise ValueError(f"budget:{self.dwpd}: DWPD must be a positive number")
-        if self.capacity_bytes <= 0:
-            raise ValueError(f"budget controller: capacity_bytes={self.capacity_bytes} must be > 0 (an SSD tier or admission.budget_capacity_bytes)")
-        if not self.horizon_s > 0:
-            raise ValueError(f"budget controller: horizon_s={self.horizon_s} must be > 0")
-        if not 1 <= self.theta_min <= self.theta_max:
-            raise ValueError(f"budget controller: need 1 <= theta_min ({self.theta_min}) <= theta_max ({self.theta_max})")
-        if self.reuse_offset < 0:
-            raise ValueError(f"budget controller: reuse_offset={self.reuse_offset} must be >= 0")
 
     @property
     def rate_bytes_per_s(self) -> float:
@@ -122,9 +110,13 @@ class WriteBudgetController(ThresholdAdmission):
 def _make_budget(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> WriteBudgetController:
     """``budget:<DWPD>`` with the ``budget_*`` knobs of ``cfg`` (defaults when None)."""
     cfg = cfg or AdmissionConfig(policy=f"budget:{pn.dwpd:g}")
+    capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes
+    if capacity <= 0:  # the one setting not checkable from the config alone: it may come from the SSD tier
+        raise ConfigError(f"admission.policy='budget:{pn.dwpd:g}': capacity_bytes={capacity}: the DWPD needs a drive "
+                          "capacity (admission.budget_capacity_bytes, or an SSD tier)")
     return WriteBudgetController(BudgetParams(
         dwpd=pn.dwpd,
-        capacity_bytes=cfg.budget_capacity_bytes or ssd_capacity_bytes,
+        capacity_bytes=capacity,
         horizon_s=cfg.budget_horizon_s,
         theta_min=cfg.budget_theta_min,
         theta_max=cfg.budget_theta_max,

@@ -9,7 +9,7 @@ real pages. Nothing here touches pools, files or wall clocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
 from itertools import islice
 
@@ -21,6 +21,10 @@ from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
 from sglang_saria.model_specs import ModelSpec
+
+# module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
+_INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
+                                                AdmissionEvent.PREWRITE, AdmissionEvent.CLOSURE)
 
 
 @dataclass
@@ -49,6 +53,21 @@ class CoreStats:
     credit_refused: int = 0  # admitted writes refused: total writes would pass the computed content (robust rule)
 
 
+class KeySet:
+    """Membership in a request's keys, the set built on the first query (most requests never ask)."""
+
+    __slots__ = ("_keys", "_set")
+
+    def __init__(self, keys: list[int]) -> None:
+        self._keys = keys
+        self._set: set[int] | None = None
+
+    def __contains__(self, key: object) -> bool:
+        if self._set is None:
+            self._set = set(self._keys)
+        return key in self._set
+
+
 #: ``on_write(key, node, event, parent_on_ssd)``: diagnostics hook called for every SSD write decided
 WriteHook = Callable[[int, ContextNode, AdmissionEvent, bool], None]
 
@@ -72,12 +91,14 @@ class SariaCore:
         self.block_bytes = spec.kv_bytes_per_token * bt
         self.ckpt_bytes = spec.checkpoint_bytes
         self.ckpt_tokens = spec.checkpoint_token_equiv
+        # (tokens, bytes) of a node without / with a GDN checkpoint, indexed by bool
+        self._sizes = ((bt, self.block_bytes), (bt + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes))
         self.stats = CoreStats()
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
         # robust rule (docs/fidelity.md): threshold policies write prefix-closed chains, hybrid writes start at
         # checkpoint nodes, and a copy lost from SSD spends the eviction evidence that admitted it
-        self._hbm: Collection[int] = ()
+        self._hbm: Container[int] = ()
         self.robust = cfg.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
         self.on_write: WriteHook | None = None
 
@@ -112,21 +133,23 @@ class SariaCore:
         dram, ssd = self.dram, self.ssd
         # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
         hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
+        ssd_hits: list[int] = []
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
             src_rev = plan.sources[::-1]
             dram.access_many([k for k, src in zip(hit, src_rev) if src == DRAM])
-            ssd.read_many([k for k, src in zip(hit, src_rev) if src == SSD], self.block_bytes)
+            ssd_hits = [k for k, src in zip(hit, src_rev) if src == SSD]
+            ssd.read_many(ssd_hits, self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
-        # the blocks this request reloads from SSD stay put while it reads them
-        reading = frozenset(k for k, src in zip(keys, plan.sources) if src == SSD) if plan.ssd_blocks else frozenset()
-        hbm = set(keys) if reached and self.robust else ()
-        for k in reached:
-            node = nodes[k]
-            if node.fa_loc & DRAM and not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.REUSE, acts, pinned=reading, hbm=hbm)
+        if reached:
+            reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
+            hbm = KeySet(keys) if self.robust else ()
+            for k in reached:
+                node = nodes[k]
+                if node.fa_loc & DRAM and not node.fa_loc & SSD:
+                    self._admit(k, node, _REUSE, acts, pinned=reading, hbm=hbm)
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -140,7 +163,7 @@ class SariaCore:
         nodes = self.metadata.nodes
         dram = self.dram
         writes_ssd = self.admission.writes_ssd
-        self._hbm = set(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        self._hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
@@ -158,7 +181,7 @@ class SariaCore:
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
             if writes_ssd and not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.INSERT, acts)
+                self._admit(k, node, _INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
@@ -172,9 +195,7 @@ class SariaCore:
     # ------------------------------------------------------------- internals
     def _size(self, node: ContextNode) -> tuple[int, int]:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
-        if node.ck_loc >= 0:
-            return self.block_tokens + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes
-        return self.block_tokens, self.block_bytes
+        return self._sizes[node.ck_loc >= 0]
 
     def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
         """Make the reused prefix more recent than the blocks computed after it.
@@ -183,12 +204,11 @@ class SariaCore:
         missing head makes everything behind it unusable. Touching deepest-first keeps that
         order in a flat LRU (the head ends up most recent).
         """
-        dram = self.dram
-        dram.access_many([k for k in keys[n_hit - 1 :: -1] if k in dram])
+        self.dram.access_resident(keys[n_hit - 1 :: -1])
 
     def _admit(
         self, key: int, node: ContextNode, event: AdmissionEvent, acts: Actions,
-        pinned: Collection[int] = frozenset(), hbm: Collection[int] | None = None,
+        pinned: Collection[int] = frozenset(), hbm: Container[int] | None = None,
     ) -> bool:
         """Ask the policy about a node not on SSD and persist it if admitted; True if written.
 
@@ -228,7 +248,7 @@ class SariaCore:
         pin = set(pinned)
         pin.update(chain)
         for i, k in enumerate(chain):
-            ev = event if i == 0 else AdmissionEvent.CLOSURE
+            ev = event if i == 0 else _CLOSURE
             if not self._write(k, nodes[k], acts, ev, pin):
                 return i > 0
         return True
@@ -242,7 +262,7 @@ class SariaCore:
         md = self.metadata
         return md.created * self.block_bytes + md.created_checkpoints * self.ckpt_bytes
 
-    def _missing_prefix(self, key: int, node: ContextNode, hbm: Collection[int]) -> list[int] | None:
+    def _missing_prefix(self, key: int, node: ContextNode, hbm: Container[int]) -> list[int] | None:
         """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of
         them has no copy to write from (neither DRAM nor the current request's GPU blocks)."""
         nodes = self.metadata.nodes
@@ -299,13 +319,13 @@ class SariaCore:
         acts.ssd_writes.append(key)
         self.admission.on_admitted(event, nbytes)
         st = self.stats
-        if event is AdmissionEvent.EVICT:
+        if event is _EVICT:
             st.evict_writes += 1
-        elif event is AdmissionEvent.REUSE:
+        elif event is _REUSE:
             st.reuse_writes += 1
-        elif event is AdmissionEvent.PREWRITE:
+        elif event is _PREWRITE:
             st.prewrites += 1
-        elif event is AdmissionEvent.CLOSURE:
+        elif event is _CLOSURE:
             st.closure_writes += 1
         else:
             st.insert_writes += 1
@@ -316,12 +336,12 @@ class SariaCore:
         dram = self.dram
         nodes = self.metadata.nodes
         writes_ssd = self.admission.writes_ssd
-        while dram.free_tokens < need_tokens and len(dram):
+        while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
             node.E += 1
             if writes_ssd and not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.EVICT, acts)
+                self._admit(k, node, _EVICT, acts)
             dram.remove(k)
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
@@ -335,13 +355,13 @@ class SariaCore:
         prefix = keys[: plan.n_blocks]
         in_dram = 0
         candidates: list[int] = []
-        for k in prefix:
-            node = nodes.get(k)
+        for k, node in zip(prefix, map(nodes.get, prefix)):
             if node is None:
                 continue
-            if node.fa_loc & DRAM:
+            loc = node.fa_loc
+            if loc & DRAM:
                 in_dram += 1
-            elif node.fa_loc & SSD:
+            elif loc & SSD:
                 candidates.append(k)
         n = self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))
         if n == 0:
@@ -386,4 +406,4 @@ class SariaCore:
         for k in due:  # asked one by one: a write budget may run out mid-scan, a closure may cover later ones
             node = nodes[k]
             if not node.fa_loc & SSD:
-                self._admit(k, node, AdmissionEvent.PREWRITE, acts)
+                self._admit(k, node, _PREWRITE, acts)

@@ -4,7 +4,7 @@ eviction are independent plug-ins combined at run time, each created by name).""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 
@@ -54,9 +54,7 @@ class LRUEviction(EvictionPolicy):
         self._order.move_to_end(key)
 
     def access_many(self, keys: list[int]) -> None:
-        move = self._order.move_to_end
-        for k in keys:
-            move(k)
+        deque(map(self._order.move_to_end, keys), 0)  # the loop runs in C: this is the per-request hot path
 
     def remove(self, key: int) -> None:
         del self._order[key]

@@ -11,7 +11,7 @@ after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
@@ -67,28 +67,26 @@ class ContextMetadata:
         Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
         reuse-triggered admission path turns into asynchronous writes. O(len(keys)).
         """
-        nodes = self.nodes
-        recency = self._recency
-        stride = self.checkpoint_stride
         reached: list[int] = []
-        parent = ROOT
-        for i, k in enumerate(keys):
-            node = nodes.get(k)
+        for i, node in enumerate(map(self.nodes.get, keys)):  # lazy: a node created at i is seen at i + 1
             if node is None:
-                ck = stride > 0 and (i + 1) % stride == 0
-                nodes[k] = ContextNode(now, ck, parent)
-                recency[k] = None
-                self.created += 1
-                self.created_checkpoints += ck
-                parent = k
+                self._create(keys[i], i, keys[i - 1] if i else ROOT, now)
                 continue
-            parent = k
             node.R += 1
             node.t_reuse = now
-            recency.move_to_end(k)
             if node.R == r_watch:
-                reached.append(k)
+                reached.append(keys[i])
+        deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         return reached
+
+    def _create(self, key: int, index: int, parent: int, now: float) -> None:
+        """First computation (or recomputation after reclamation) of the ``index``-th block of a request."""
+        stride = self.checkpoint_stride
+        ck = stride > 0 and (index + 1) % stride == 0
+        self.nodes[key] = ContextNode(now, ck, parent)
+        self._recency[key] = None
+        self.created += 1
+        self.created_checkpoints += ck
 
     def set_location(self, key: int, obj: str, tier: int, present: bool) -> None:
         """Adapter hook: one object of a node gained/lost a copy in ``tier`` outside the core.

@@ -43,6 +43,9 @@ def plan_reload(
     ``hybrid``: the model has GDN layers, so only prefixes ending on an available
     checkpoint are reusable (FA KV alone cannot resume the recurrent state).
     """
+    if planner == "saria":
+        return _plan_saria(keys, nodes, hybrid)
+    # the baselines: lmcache, gds-only
     sources: list[int] = []
     append = sources.append
     get = nodes.get
@@ -54,11 +57,7 @@ def plan_reload(
         if node is None:
             break
         loc = node.fa_loc
-        if planner == "saria":
-            if not loc:
-                break
-            src = DRAM if loc & DRAM else SSD
-        elif planner == "lmcache":
+        if planner == "lmcache":
             if phase == DRAM and not loc & DRAM:
                 phase = SSD
             if not loc & phase:
@@ -74,11 +73,38 @@ def plan_reload(
             ck_ok = ck & (SSD if planner == "gds-only" else (DRAM | SSD))
             if ck_ok:
                 best = len(sources)
-                best_ck = _pick(ck_ok) if planner == "saria" else (src if ck & src else _pick(ck_ok))
+                best_ck = src if ck & src else _pick(ck_ok)
     if hybrid:
         del sources[best:]
     else:
         best = len(sources)
         best_ck = 0
+    dram = sources.count(DRAM)
+    return ReloadPlan(best, sources, best_ck, dram, best - dram)
+
+
+def _plan_saria(keys: list[int], nodes: dict[int, ContextNode], hybrid: bool) -> ReloadPlan:
+    """``saria``, the replay's most frequent call: every FA block from DRAM, else SSD; on a hybrid
+    model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred)."""
+    sources: list[int] = []
+    append = sources.append
+    d, s, both = DRAM, SSD, DRAM | SSD
+    best = best_ck = 0
+    for node in map(nodes.get, keys):
+        if node is None:
+            break
+        loc = node.fa_loc
+        if not loc:
+            break
+        append(d if loc & d else s)
+        if hybrid and node.ck_loc > 0:
+            ck_ok = node.ck_loc & both
+            if ck_ok:
+                best = len(sources)
+                best_ck = _pick(ck_ok)
+    if hybrid:
+        del sources[best:]
+    else:
+        best = len(sources)
     dram = sources.count(DRAM)
     return ReloadPlan(best, sources, best_ck, dram, best - dram)

@@ -51,7 +51,7 @@ class Tier:
         """Make ``key`` resident (caller has made room); counts ``nbytes`` as written."""
         if key in self._entries:
             raise KeyError(f"{self.name}: key {key} already resident")
-        if tokens > self.free_tokens:
+        if self.used_tokens + tokens > self.capacity_tokens:
             raise ValueError(f"{self.name}: inserting {tokens} tokens exceeds free {self.free_tokens}")
         self._entries[key] = (tokens, nbytes)
         self.used_tokens += tokens
@@ -94,6 +94,11 @@ class Tier:
 
     def access_many(self, keys: list[int]) -> None:
         self.eviction.access_many(keys)
+
+    def access_resident(self, keys: list[int]) -> None:
+        """``access_many`` for those of ``keys`` resident here, in order."""
+        entries = self._entries
+        self.eviction.access_many([k for k in keys if k in entries])
 
     def victim(self) -> int:
         return self.eviction.victim()

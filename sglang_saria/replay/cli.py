@@ -25,12 +25,11 @@ from sglang_saria.config import (
     PromotionConfig,
     SariaConfig,
     TransferConfig,
-    parse_duration_s,
-    parse_token_count,
 )
 from sglang_saria.model_specs import MODEL_SPECS, get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.metrics import format_table
+from sglang_saria.units import parse_count, parse_duration_s
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +99,8 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
         bandwidth=_parse_bandwidth(args.bandwidth),
         transfer=TransferConfig(mode=args.transfer, planner=args.planner),
         capacity=CapacityConfig(
-            dram_tokens=0 if args.planner == "gds-only" else parse_token_count(args.dram_tokens, "--dram-tokens"),
-            ssd_tokens=parse_token_count(args.ssd_tokens, "--ssd-tokens"),
+            dram_tokens=0 if args.planner == "gds-only" else parse_count(args.dram_tokens, "--dram-tokens"),
+            ssd_tokens=parse_count(args.ssd_tokens, "--ssd-tokens"),
         ),
     )
     return cfg.validate()
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
         prefill_tokens_per_s=args.prefill_tps,
         horizon_s=parse_duration_s(args.horizon, "--horizon"),
     ).validate()
-    context_limit = parse_token_count(args.context_limit, "--context-limit")
+    context_limit = parse_count(args.context_limit, "--context-limit")
     block_tokens = cfgs[0].metadata.block_tokens
     sessions = load_trace(args.trace, block_tokens, max_sessions=args.sessions)
     sessions = apply_limits(sessions, context_limit_tokens=context_limit)

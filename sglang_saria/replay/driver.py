@@ -20,11 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.mem_cache.core import SariaCore, WriteHook
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.metrics import RequestLog, summarize
+from sglang_saria.replay.workload import dense_keys
+from sglang_saria.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
     from sglang_saria.replay.trace import TraceSession
@@ -103,11 +107,13 @@ def replay(
 
     Deterministic: the same inputs give the same metrics. Ctrl-C stops the replay and
     returns the partial result with ``interrupted=True``. ``on_write`` sees every SSD write
-    the core decides (diagnostics: ``scripts/fidelity.py --mechanism``).
+    the core decides (diagnostics: ``scripts/fidelity.py --mechanism``). The core sees block
+    keys renumbered by ``dense_keys`` (so do ``on_write`` and the returned core).
     """
     settings = (settings or ReplaySettings()).validate()
     if len(start_times) != len(sessions):
         raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
+    block_keys, n_distinct = dense_keys(list(sessions))
     core = SariaCore(cfg, spec)
     core.on_write = on_write
     coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
@@ -118,7 +124,7 @@ def replay(
     st = _State()
     waiting: deque[tuple[int, int]] = deque()
     active: dict[int, _Active] = {}
-    seen: set[int] = set()
+    seen = np.zeros(n_distinct, dtype=bool)  # by dense key: in an earlier request's input
     in_flight = 0
     gpu_free = 0.0
     gpu_busy = 0.0
@@ -138,15 +144,13 @@ def replay(
     def admit(sid: int, ridx: int, t: float) -> None:
         nonlocal in_flight, next_rid, block_events
         req = sessions[sid].requests[ridx]
-        keys = req.block_keys.tolist()
-        n_ach = 0
-        for k in keys:
-            if k not in seen:
-                break
-            n_ach += 1
+        ids = block_keys[sid][ridx]
+        keys = ids.tolist()
+        known = seen[ids]  # blocks some earlier request already contained
+        n_ach = len(keys) if known.all() else int(known.argmin())
         if stride:
             n_ach -= n_ach % stride
-        seen.update(keys)
+        seen[ids] = True
         block_events += len(keys)
         plan, _ = core.begin_request(keys, t)
         d, s = core.plan_bytes(plan)
@@ -225,7 +229,7 @@ def replay(
         ssd_capacity_bytes=cfg.capacity.ssd_tokens * kvb,
         writes_never_read_frac=ssd.writes_never_read_frac,
         dram_evictions=core.stats.dram_evictions,
-        days_replayed=min(end_t, settings.horizon_s) / 86400.0,
+        days_replayed=min(end_t, settings.horizon_s) / SECONDS_PER_DAY,
         dwpd=settings.dwpd,
     )
     logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), gpu_busy, end_t)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sglang_saria.units import SECONDS_PER_DAY
+
 
 def pyplot():
     """matplotlib.pyplot on the file-only Agg backend (no display on servers or CI)."""
@@ -32,7 +34,7 @@ def plot_tradeoff(out: dict[str, Any], path: str) -> None:
     results = out["results"]
     if not results:
         raise ValueError("plot: no results to draw")
-    window_days = out["config"]["window_s"] / 86400.0
+    window_days = out["config"]["window_s"] / SECONDS_PER_DAY
     span_days = max(r["write_budget_norm"] for r in results)
     lo, hi = sorted((window_days, span_days))
     fig, ax = plt.subplots(figsize=(5.5, 4.0))

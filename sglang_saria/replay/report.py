@@ -16,8 +16,8 @@ import numpy as np
 
 from sglang_saria.replay.metrics import RequestLog, format_table
 from sglang_saria.replay.plot import plot_tradeoff, pyplot, save_figure
+from sglang_saria.units import SECONDS_PER_DAY
 
-SECONDS_PER_DAY = 86400.0
 FIGURES = {
     "tradeoff": "tradeoff.png",
     "transfer_cdf": "transfer_cdf.png",

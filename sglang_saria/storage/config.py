@@ -11,48 +11,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from sglang_saria.units import ConfigError, DriveRating, parse_bytes, parse_count
+
 ALIGN = 4096  # O_DIRECT and GDS both want 4 KiB-aligned offsets, sizes and buffers.
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 10**3,
-    "kb": 10**3,
-    "m": 10**6,
-    "mb": 10**6,
-    "g": 10**9,
-    "gb": 10**9,
-    "t": 10**12,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-_TOKENS_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgG]?)\s*(tok|toks|tokens)\s*$")
-_TOKEN_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
-
-
-def parse_bytes(value: Any, key: str) -> int:
-    """Parse 4096, "64GiB", "500MB" into bytes; the error names the config key."""
-    if isinstance(value, bool):
-        raise ValueError(f"saria store config: {key}={value!r} is not a size")
-    if isinstance(value, int):
-        n = value
-    elif isinstance(value, str):
-        m = _SIZE_RE.match(value)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise ValueError(
-                f"saria store config: {key}={value!r} is not a size "
-                f"(use bytes or a unit such as '64GiB', '500MB')"
-            )
-        n = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    else:
-        raise ValueError(f"saria store config: {key}={value!r} is not a size")
-    if n <= 0:
-        raise ValueError(f"saria store config: {key}={value!r} must be positive")
-    return n
+_WHERE = "saria store config"
+_TOKENS_RE = re.compile(r"^\s*(.+?)\s*(tok|toks|tokens)\s*$")
 
 
 @dataclass(frozen=True)
@@ -67,7 +31,7 @@ class Capacity:
         if isinstance(value, str):
             m = _TOKENS_RE.match(value)
             if m:
-                return cls(tokens=int(float(m.group(1)) * _TOKEN_MULT[m.group(2).lower()]))
+                return cls(tokens=parse_count(m.group(1), f"{_WHERE}: {key}"))
         if isinstance(value, Mapping):
             if set(value) != {"tokens"}:
                 raise ValueError(f"saria store config: {key}={dict(value)!r}: expected {{'tokens': N}}")
@@ -75,7 +39,7 @@ class Capacity:
             if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens <= 0:
                 raise ValueError(f"saria store config: {key}.tokens={tokens!r} must be a positive int")
             return cls(tokens=tokens)
-        return cls(bytes=parse_bytes(value, key))
+        return cls(bytes=parse_bytes(value, f"{_WHERE}: {key}"))
 
     def resolve(self, bytes_per_token: Optional[int]) -> int:
         if self.bytes is not None:
@@ -86,41 +50,6 @@ class Capacity:
                 f"KV bytes per token are unknown here; give capacity in bytes"
             )
         return self.tokens * bytes_per_token
-
-
-@dataclass(frozen=True)
-class DriveRating:
-    """Vendor endurance rating; lifetime write budget = capacity * DWPD * 365 * years."""
-
-    capacity_bytes: int
-    dwpd: float
-    years: float
-
-    @property
-    def total_write_budget_bytes(self) -> float:
-        return self.capacity_bytes * self.dwpd * 365.0 * self.years
-
-    @classmethod
-    def parse(cls, value: Any, key: str = "drive_rating") -> "DriveRating":
-        if not isinstance(value, Mapping):
-            raise ValueError(
-                f"saria store config: {key}={value!r} must be an object "
-                f"{{'capacity': '3.84TB', 'dwpd': 1, 'years': 5}}"
-            )
-        allowed = {"capacity", "dwpd", "years"}
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise ValueError(
-                f"saria store config: unknown key {key}.{unknown[0]} (allowed: {sorted(allowed)})"
-            )
-        missing = sorted(allowed - set(value))
-        if missing:
-            raise ValueError(f"saria store config: {key}.{missing[0]} is required")
-        dwpd, years = value["dwpd"], value["years"]
-        for name, v in (("dwpd", dwpd), ("years", years)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise ValueError(f"saria store config: {key}.{name}={v!r} must be a positive number")
-        return cls(parse_bytes(value["capacity"], f"{key}.capacity"), float(dwpd), float(years))
 
 
 DEFAULT_CAPACITY_BYTES = 4 * 2**30
@@ -188,9 +117,12 @@ class StoreConfig:
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 256:
                 raise ValueError(f"saria store config: {name}={v!r} must be an int in [1, 256]")
         if self.slot_bytes is not None:
-            self.slot_bytes = parse_bytes(self.slot_bytes, "slot_bytes")
+            self.slot_bytes = parse_bytes(self.slot_bytes, f"{_WHERE}: slot_bytes")
         if self.drive_rating is not None and not isinstance(self.drive_rating, DriveRating):
-            self.drive_rating = DriveRating.parse(self.drive_rating)
+            try:
+                self.drive_rating = DriveRating.parse(self.drive_rating)
+            except ConfigError as e:
+                raise ConfigError(f"{_WHERE}: {e}") from None
         for name in ("sync_writes", "preallocate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"saria store config: {name}={getattr(self, name)!r} must be true/false")

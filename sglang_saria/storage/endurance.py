@@ -13,10 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from sglang_saria.storage.config import DriveRating
 from sglang_saria.storage.index import DeviceCounters
+from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, DriveRating
 
-SECONDS_PER_DAY = 86400.0
 MIN_OBSERVATION_S = 60.0  # avoid absurd rates from the first seconds of a store
 
 
@@ -60,8 +59,8 @@ class DeviceAccount:
         dwpd = used = years = None
         if rating is not None:
             dwpd = per_day / rating.capacity_bytes
-            used = c.bytes_written / rating.total_write_budget_bytes
-            years = math.inf if per_day == 0 else rating.total_write_budget_bytes / (per_day * 365.0)
+            used = c.bytes_written / rating.rated_write_bytes
+            years = math.inf if per_day == 0 else rating.rated_write_bytes / (per_day * DAYS_PER_YEAR)
         return DeviceEndurance(
             self.data_dir, self.block_device, c.bytes_written, c.bytes_read, days, per_day, dwpd, used, years
         )

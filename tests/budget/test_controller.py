@@ -89,10 +89,10 @@ def test_bad_controller_settings_name_the_field():
         SariaConfig.from_dict({"admission": {"budget_horizon_s": 0}})
     with pytest.raises(ConfigError, match=r"admission.budget_theta_min=13"):
         SariaConfig.from_dict({"admission": {"budget_theta_min": 13}})
-    with pytest.raises(ValueError, match=r"capacity_bytes=0"):
+    with pytest.raises(ConfigError, match=r"capacity_bytes=0"):
         make_admission_policy("budget:1", AdmissionConfig(policy="budget:1"), ssd_capacity_bytes=0)
-    with pytest.raises(ValueError, match=r"reuse_offset=-1"):
-        BudgetParams(dwpd=1, capacity_bytes=1, reuse_offset=-1)
+    with pytest.raises(ConfigError, match=r"admission.budget_reuse_offset=-1"):
+        SariaConfig.from_dict({"admission": {"budget_reuse_offset": -1}})
 
 
 def test_core_reports_clock_and_bytes_to_the_controller():

@@ -13,7 +13,7 @@ import pytest
 from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.plan import load_step_starts
+from sglang_saria.replay.planning.sweep import load_step_starts
 from sglang_saria.replay.trace import load_trace
 from sglang_saria.replay.workload import apply_limits
 

@@ -7,21 +7,20 @@ import pytest
 from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings
-from sglang_saria.replay.plan import (
+from sglang_saria.replay.planning.cli import format_plan, main
+from sglang_saria.replay.planning.recommend import (
     POINT_KEYS,
-    Drive,
     PlanError,
     build_plan,
     endurance_arithmetic,
-    format_plan,
-    main,
     pareto_front,
     parse_drives,
     recommend,
-    sweep,
 )
+from sglang_saria.replay.planning.sweep import sweep
 from sglang_saria.replay.trace import load_trace
 from sglang_saria.replay.workload import session_starts
+from sglang_saria.units import ConfigError, DriveRating
 
 SMALL = ["--trace", "synthetic:4", "--sessions", "10", "--window", "40m", "--dram-tokens", "200k", "--no-progress"]
 DRIVE = ["--ssd-capacity", "1.92TB", "--dwpd", "1", "--years", "5"]
@@ -92,12 +91,12 @@ def test_pareto_front_over_writes_char_and_ttft():
 def test_table1_arithmetic_matches_the_paper():
     # paper 2.2: a C-TB drive at 1 DWPD over 5 years lasts 1825C/(86.4B) days; C_min = 86.4B TB
     C, B = 4.0, 1.5
-    e = endurance_arithmetic([Drive(int(C * 1e12), 1.0, 5.0)], B * 1e9)
+    e = endurance_arithmetic([DriveRating(int(C * 1e12), 1.0, 5.0)], B * 1e9)
     assert e["lifetime_days"] == pytest.approx(1825 * C / (86.4 * B))
     assert e["c_min_bytes"] == pytest.approx(86.4 * B * 1e12)
-    two = endurance_arithmetic([Drive(int(C * 1e12), 1.0, 5.0)] * 2, B * 1e9)  # striped pair: twice the life
+    two = endurance_arithmetic([DriveRating(int(C * 1e12), 1.0, 5.0)] * 2, B * 1e9)  # striped pair: twice the life
     assert two["lifetime_days"] == pytest.approx(2 * e["lifetime_days"]) and two["c_min_bytes"] == e["c_min_bytes"]
-    assert endurance_arithmetic([Drive(10**12, 3.0, 5.0)], 0.0)["lifetime_days"] == float("inf")
+    assert endurance_arithmetic([DriveRating(10**12, 3.0, 5.0)], 0.0)["lifetime_days"] == float("inf")
 
 
 def test_drive_flags_repeat_and_multiply():
@@ -112,7 +111,7 @@ def test_drive_flags_repeat_and_multiply():
     (["--ssd-capacity", "1.92TB", "--dwpd", "-1", "--years", "5"], "--dwpd='-1': must be a positive number"),
     (["--ssd-capacity", "1.92TB", "--dwpd", "1"], "drive rating is missing --years"),
     (["--dwpd", "1", "--years", "5"], "drive rating is missing --ssd-capacity"),
-    (["--ssd-capacity", "0TB", "--dwpd", "1", "--years", "5"], "--ssd-capacity='0TB': capacity must be positive"),
+    (["--ssd-capacity", "0TB", "--dwpd", "1", "--years", "5"], "--ssd-capacity='0TB': a size must be positive"),
     (["--ssd-capacity", "big", "--dwpd", "1", "--years", "5"], "--ssd-capacity='big': not a size"),
     (["--ssd-capacity", "1TB", "--ssd-capacity", "2TB", "--dwpd", "1", "--dwpd", "2", "--dwpd", "3", "--years", "5"],
      "--dwpd given 3 times for 2 --ssd-capacity values"),
@@ -139,8 +138,8 @@ def test_no_feasible_point_reports_the_closest(tmp_path, capsys):
     assert f"no policy fits the write budget; closest: {rec['policy']}" in capsys.readouterr().out
 
 
-def test_parse_errors_are_plan_errors():
-    with pytest.raises(PlanError, match="--years='x': not a number"):
+def test_parse_errors_name_the_flag_and_value():
+    with pytest.raises(ConfigError, match="--years='x': not a number"):
         parse_drives(["1TB"], ["1"], ["x"])
     with pytest.raises(PlanError, match="must be positive"):
         build_plan([], 0)

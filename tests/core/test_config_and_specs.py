@@ -1,23 +1,7 @@
 import pytest
 
-from sglang_saria.config import ConfigError, SariaConfig, parse_duration_s, parse_token_count
+from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.model_specs import MODEL_SPECS, get_model_spec
-
-
-def test_token_counts_accept_suffixes():
-    assert parse_token_count("1M") == 1_000_000
-    assert parse_token_count("10M") == 10_000_000
-    assert parse_token_count("512k") == 512_000
-    assert parse_token_count(65536) == 65536
-    with pytest.raises(ConfigError, match="--ssd-tokens"):
-        parse_token_count("ten", "--ssd-tokens")
-
-
-def test_durations():
-    assert parse_duration_s("12h") == 43200
-    assert parse_duration_s("40m") == 2400
-    with pytest.raises(ConfigError, match="--window"):
-        parse_duration_s("-3h", "--window")
 
 
 def test_from_dict_rejects_unknown_keys_naming_them():

@@ -1,4 +1,4 @@
-"""Replay workload construction: session starts, context limit, CLI value parsing."""
+"""Replay workload construction: session starts, context limit, dense block keys."""
 
 import numpy as np
 import pytest
@@ -6,9 +6,8 @@ import pytest
 from sglang_saria.replay.trace import TraceRequest, TraceSession
 from sglang_saria.replay.workload import (
     apply_limits,
+    dense_keys,
     limit_context,
-    parse_duration,
-    parse_tokens,
     session_start_times,
     session_starts,
 )
@@ -69,25 +68,21 @@ def test_apply_limits_returns_the_kept_sessions():
     assert sessions[0].requests[0].input_tokens == 3000  # input untouched
 
 
-@pytest.mark.parametrize("text, seconds", [("12h", 43200), ("40m", 2400), ("90s", 90), ("3600", 3600),
-                                           ("1.5h", 5400), ("2d", 172800), (" 4H ", 14400)])
-def test_parse_duration(text, seconds):
-    assert parse_duration(text) == seconds
+def test_dense_keys_number_each_distinct_key_once_across_sessions():
+    a = TraceRequest(0.0, 0.0, 3 * 512, 1, np.array([7, 2**63 + 5, 11], dtype=np.uint64))
+    b = TraceRequest(0.0, 0.0, 2 * 512, 1, np.array([7, 99], dtype=np.uint64))
+    keys, n = dense_keys([TraceSession("s", [a]), TraceSession("t", [b])])
+    (ka,), (kb,) = keys
+    assert n == 4 and sorted({*ka.tolist(), *kb.tolist()}) == [0, 1, 2, 3]
+    assert ka[0] == kb[0] and len({ka[1], ka[2], kb[1]}) == 3
 
 
-@pytest.mark.parametrize("text", ["", "h", "12x", "-3h", "1h30m", "twelve"])
-def test_parse_duration_rejects(text):
-    with pytest.raises(ValueError, match="bad duration"):
-        parse_duration(text)
-
-
-@pytest.mark.parametrize("text, tokens", [("1M", 1_000_000), ("10M", 10_000_000), ("512k", 512_000),
-                                          ("2.5M", 2_500_000), ("4096", 4096), ("1G", 10**9)])
-def test_parse_tokens(text, tokens):
-    assert parse_tokens(text) == tokens
-
-
-@pytest.mark.parametrize("text", ["", "M", "1T", "-1M", "lots"])
-def test_parse_tokens_rejects(text):
-    with pytest.raises(ValueError, match="bad token count"):
-        parse_tokens(text)
+def test_dense_keys_of_requests_extending_their_predecessor_equal_a_full_renumbering():
+    base = np.array([5, 2**63 + 1, 9, 4], dtype=np.uint64)
+    reqs = [base[:2], base[:3], np.array([5, 77, 9], dtype=np.uint64), base]  # extend, diverge, come back
+    sessions = [TraceSession("s", [TraceRequest(0.0, 0.0, 512 * len(k), 1, k) for k in reqs])]
+    keys, n = dense_keys(sessions)
+    distinct = np.unique(np.concatenate(reqs))
+    assert n == len(distinct)
+    for got, k in zip(keys[0], reqs):
+        assert got.tolist() == np.searchsorted(distinct, k).tolist()

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sglang_saria.storage.config import Capacity, StoreConfig, parse_bytes
+from sglang_saria.storage.config import Capacity, StoreConfig
+from sglang_saria.units import parse_bytes
 
 
 def test_store_keys_are_taken_and_policy_keys_are_left_alone():
@@ -23,7 +24,7 @@ def test_store_keys_are_taken_and_policy_keys_are_left_alone():
     assert cfg.data_dirs == ["/a", "/b"]
     assert cfg.capacity.bytes == 64 * 2**30
     assert cfg.slot_bytes == 256 * 1024
-    assert cfg.drive_rating.total_write_budget_bytes == pytest.approx(3.84e12 * 365 * 5)
+    assert cfg.drive_rating.rated_write_bytes == pytest.approx(3.84e12 * 365 * 5)
 
 
 def test_unknown_key_is_named():

@@ -7,10 +7,11 @@ import math
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
-from sglang_saria.storage.config import DriveRating, StoreConfig
+from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount
 from sglang_saria.storage.index import DeviceCounters
 from sglang_saria.storage.metrics import store_metrics
+from sglang_saria.units import DriveRating
 
 SLOT = 64 * 1024
 

@@ -1,0 +1,1 @@
+"""``saria-plan``: sweep (replays), recommend (budget and choice), cli (flags and output)."""
