@@ -30,10 +30,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the $mode environment into .venv/ (first run takes a few minutes)"
   # uv installs the same pinned set ~8x faster than pip (parallel downloads and unpacking);
   # it does not read pip's config, so pip's configured indexes and wheel folders are passed on.
+  # --compile-bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set, a venv without .pyc
+  # recompiles SGLang's sources in every server process (the test suite ran 2x slower).
   # Without uv (no registry access for it), pip does the same install.
   install=("${pip[@]}" install)
   if "${pip[@]}" install uv==0.13.9 >/dev/null 2>&1; then
-    install=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match)
+    install=(.venv/bin/uv pip install -q --python .venv/bin/python --index-strategy unsafe-best-match --compile-bytecode)
     while read -r key value; do
       for v in $value; do
         case "$key" in
