@@ -111,10 +111,21 @@ class TransferConfig:
     planner: str = "saria"  # saria | lmcache | gds-only
     # SGLang: read SSD hits straight into the device KV pool (False: HiCache's prefetch into host memory)
     direct_reload: bool = True
+    # Direct reload runs off the scheduler thread: at most this many tokens read from SSD
+    # into device slots at once (later SSD hits wait in the queue; a longer one loads its
+    # leading part). Bounds the device slots held by reloads not yet admitted.
+    max_inflight_reload_tokens: int = 524288
 
     def validate(self, prefix: str = "transfer") -> None:
         _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")
         _check(self.planner in PLANNERS, f"{prefix}.planner", self.planner, f"must be one of {', '.join(PLANNERS)}")
+        cap = self.max_inflight_reload_tokens
+        _check(
+            isinstance(cap, int) and not isinstance(cap, bool) and cap > 0,
+            f"{prefix}.max_inflight_reload_tokens",
+            cap,
+            "must be a positive integer (tokens)",
+        )
 
 
 @dataclass

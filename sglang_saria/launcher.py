@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -100,6 +101,23 @@ class ServerConfig:
     startup_timeout_s: float = 240.0
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StreamedResult:
+    """A streamed request: when it was sent, when each chunk came (monotonic), the last chunk."""
+
+    sent: float
+    chunk_times: list[float]
+    result: dict
+
+    @property
+    def first_token_at(self) -> float:
+        return self.chunk_times[0]
+
+    def max_gap_s(self) -> float:
+        """The largest wait between two consecutive chunks (inter-token gap)."""
+        return max((b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])), default=0.0)
 
 
 class SGLangServer:
@@ -214,6 +232,51 @@ class SGLangServer:
             "return_logprob": True,
             "top_logprobs_num": top_logprobs,
         })
+
+    def generate_stream(
+        self,
+        input_ids: list[int],
+        max_new_tokens: int = 4,
+        top_logprobs: int = 5,
+        ignore_eos: bool = False,
+        rid: str | None = None,
+        first_chunk: threading.Event | None = None,
+    ) -> "StreamedResult":
+        """Greedy streamed generation: when each chunk arrived, and the last chunk (SGLang
+        streams cumulative output, so it holds the whole result, logprobs included).
+        ``first_chunk`` is set when the first chunk arrives; ``rid`` names the request (for
+        `/abort_request`)."""
+        payload = {
+            "input_ids": list(input_ids),
+            "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0.0, "ignore_eos": ignore_eos},
+            "return_logprob": True,
+            "top_logprobs_num": top_logprobs,
+            "stream": True,
+            **({"rid": rid} if rid else {}),
+        }
+        request = urllib.request.Request(
+            f"{self.url}/generate", json.dumps(payload).encode(), {"Content-Type": "application/json"}
+        )
+        sent = time.monotonic()
+        times: list[float] = []
+        last: dict = {}
+        with urllib.request.urlopen(request, timeout=300) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if not line.startswith("data:") or line == "data: [DONE]":
+                    continue
+                times.append(time.monotonic())
+                last = json.loads(line[len("data:") :])
+                if first_chunk is not None:
+                    first_chunk.set()
+        return StreamedResult(sent, times, last)
+
+    def abort(self, rid: str) -> None:
+        """Abort request ``rid`` (SGLang's `/abort_request`, which answers with an empty body)."""
+        request = urllib.request.Request(
+            f"{self.url}/abort_request", json.dumps({"rid": rid}).encode(), {"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(request, timeout=30).read()
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:

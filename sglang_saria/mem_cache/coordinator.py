@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from sglang_saria.config import TRANSFER_MODES, BandwidthConfig
 
@@ -81,23 +82,41 @@ class TransferCoordinator:
                 ingress -= g
                 rates[i] = (dram_rates[i], g)
             return rates
-        pace = max(0.0, self.ingress - self.gds)
-        for i, tr in enumerate(self.active):
+        if self.mode == "coordinated":
+            return self._allocate_coordinated()
+        for i, tr in enumerate(self.active):  # serial
             d = g = 0.0
-            if self.mode == "serial":
-                if tr.dram_left > 0:
-                    d = min(dram, ingress)
-                elif tr.ssd_left > 0:
-                    g = min(gds, ingress)
-            else:  # coordinated
-                if tr.ssd_left > 0:
-                    g = min(gds, ingress)
-                if tr.dram_left > 0:
-                    d = min(dram, ingress - g, pace) if g > 0 else min(dram, ingress - g)
+            if tr.dram_left > 0:
+                d = min(dram, ingress)
+            elif tr.ssd_left > 0:
+                g = min(gds, ingress)
             gds -= g
             dram -= d
             ingress -= d + g
             rates[i] = (d, g)
+        return rates
+
+    def _allocate_coordinated(self) -> list[tuple[float, float]]:
+        """GDS allowances first, for every transfer in FIFO order; then DRAM out of what is
+        left, paced to ``B_ingress - B_gds`` while the transfer's own GDS reads are active.
+        (Granting DRAM per transfer in FIFO order let a DRAM-only load queued ahead take the
+        whole link and hold a later SSD reload back.)"""
+        ingress, gds, dram = self.ingress, self.gds, self.dram
+        pace = max(0.0, self.ingress - self.gds)
+        gds_rates = []
+        for tr in self.active:
+            g = min(gds, ingress) if tr.ssd_left > 0 else 0.0
+            gds -= g
+            ingress -= g
+            gds_rates.append(g)
+        rates = []
+        for tr, g in zip(self.active, gds_rates):
+            d = 0.0
+            if tr.dram_left > 0:
+                d = min(dram, ingress, pace) if g > 0 else min(dram, ingress)
+            dram -= d
+            ingress -= d
+            rates.append((d, g))
         return rates
 
     def next_event_time(self) -> float | None:
@@ -174,6 +193,10 @@ class RealTimePacer:
     ``coordinated`` spreads the DRAM copy over the SSD reads at ``B_ingress - B_gds``,
     while ``overlap`` and ``serial`` copy it all up front. Reads slower than the model
     never wait.
+
+    Thread-safe: the reload worker paces (and sleeps) on its own thread while the
+    scheduler thread registers HiCache's DRAM-only loads; the lock is never held
+    across a sleep, so the scheduler never waits on pacing.
     """
 
     def __init__(
@@ -183,8 +206,10 @@ class RealTimePacer:
         clock=None,
         sleep=None,
     ) -> None:
+        import threading
         import time
 
+        self._lock = threading.Lock()
         self.coordinator = TransferCoordinator(bw, mode)
         self.clock = clock or time.monotonic
         self.sleep = sleep or time.sleep
@@ -198,38 +223,52 @@ class RealTimePacer:
 
     def begin(self, dram_bytes: float, ssd_bytes: float) -> int:
         """Submit a reload now; returns its id for :meth:`pace_ssd` and :meth:`end`."""
-        rid = self._next_id
-        self._next_id += 1
-        self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
-        if ssd_bytes:  # a DRAM-only reload is only modelled: nothing to pace or end
-            self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
-        return rid
+        with self._lock:
+            rid = self._next_id
+            self._next_id += 1
+            self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
+            if ssd_bytes:  # a DRAM-only reload is only modelled: nothing to pace or end
+                self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
+            return rid
 
     def pace_ssd(self, rid: int, bytes_done: float) -> float:
         """Block until the model lets reload ``rid`` have read ``bytes_done`` SSD bytes;
         returns the DRAM bytes of ``rid`` the model has copied by then."""
-        dram_total, ssd_total = self._totals[rid]
+        with self._lock:
+            dram_total, ssd_total = self._totals[rid]
+        while True:
+            with self._lock:
+                wait, dram_done = self._wait_for(rid, bytes_done, dram_total, ssd_total)
+            if wait is None:
+                return dram_done
+            self.sleep(wait)
+            self.slept_s += wait
+
+    def _wait_for(
+        self, rid: int, bytes_done: float, dram_total: float, ssd_total: float
+    ) -> tuple[Optional[float], float]:
+        """(seconds to sleep, None when none) and the DRAM bytes the model has moved."""
         while True:
             self.coordinator.advance(self._now())
             active = {tr.req_id: i for i, tr in enumerate(self.coordinator.active)}
             if rid not in active:
-                return dram_total  # both parts are complete in the model
+                return None, dram_total  # both parts are complete in the model
             tr = self.coordinator.active[active[rid]]
             ahead = bytes_done - (ssd_total - tr.ssd_left)
             if ahead <= 1.0:  # within a byte
-                return dram_total - tr.dram_left
+                return None, dram_total - tr.dram_left
             _, gds_rate = self.coordinator.allocate()[active[rid]]
             wait = ahead / gds_rate if gds_rate > 0 else self.coordinator.next_event_time() - self.coordinator.now
             if wait < 1e-9:
                 # Below the clock's float resolution: step the model past the event instead.
                 self.coordinator.advance(self.coordinator.now + 1e-9)
                 continue
-            self.sleep(wait)
-            self.slept_s += wait
+            return wait, dram_total - tr.dram_left
 
     def end(self, rid: int) -> None:
         """The reload is over (done or abandoned): drop what the model has left of it."""
-        self._totals.pop(rid, None)
-        for tr in self.coordinator.active:
-            if tr.req_id == rid:
-                tr.ssd_left = tr.dram_left = 0.0
+        with self._lock:
+            self._totals.pop(rid, None)
+            for tr in self.coordinator.active:
+                if tr.req_id == rid:
+                    tr.ssd_left = tr.dram_left = 0.0

@@ -56,6 +56,15 @@ class SariaServingMetrics:
             "Moved pages whose bytes differ from what left the device, by path and pool",
             ["path", "pool"],
         )
+        self._pages_dropped = Counter(
+            "sglang:saria_reload_pages_dropped_total",
+            "Pages whose reload read failed (I/O error, checksum) and that left the store index",
+        )
+        self._reload_inflight = Gauge(
+            "sglang:saria_reload_inflight_tokens",
+            "Device slots held by direct reloads not yet admitted (read by the reload worker)",
+            multiprocess_mode="mostrecent",
+        )
         self._writes_in_flight = Gauge(
             "sglang:saria_storage_writes_in_flight",
             "Node writes to the SSD store requested by HiCache and not yet acknowledged",
@@ -104,6 +113,12 @@ class SariaServingMetrics:
         self._kv_audit_pages.labels(path=path, pool=pool).inc(pages)
         if errors:
             self._kv_audit_errors.labels(path=path, pool=pool).inc(errors)
+
+    def pages_dropped(self, pages: int) -> None:
+        self._pages_dropped.inc(pages)
+
+    def reload_inflight(self, tokens: int) -> None:
+        self._reload_inflight.set(tokens)
 
     def storage_writes_in_flight(self, writes: int) -> None:
         self._writes_in_flight.set(writes)

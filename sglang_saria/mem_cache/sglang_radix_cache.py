@@ -4,17 +4,21 @@ HiCache stages a storage hit through host memory: prefetch into the host pool, i
 as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006 for
 FULL-attention models) reads SSD hits straight into the device KV pool instead:
 
-- match: beyond the tree's device+host prefix, the store is probed for the next
-  pages; the core's planner (`planner.plan_reload`) turns the locations into one plan
-  (DRAM pages from the host pool, SSD pages from the store) reported to the scheduler
-  as load-back tokens;
-- load (`init_load_back`): SSD pages are read into fresh device slots through a
-  staging buffer on the pool's device, and each chunk goes with the DRAM pages due by
-  then in one gather from staging + host pool (`storage/device_reload.py`), paced by the
-  coordinator (`RealTimePacer`: coordinated spreads the DRAM copy over the SSD reads);
-  the host nodes get their device values as after HiCache's load-back, the SSD tail
-  joins the tree as device nodes. A store failure returns nothing loaded, so the
-  scheduler recomputes (counted as a fallback), never serving wrong KV;
+- arrival (`prefetch_from_storage`, where HiCache starts its storage prefetch): beyond
+  the tree's device+host match, the store's index is probed for the next pages; the
+  core's planner (`planner.plan_reload`) makes one plan of DRAM and SSD pages; device
+  slots are allocated for the SSD pages (at most `transfer.max_inflight_reload_tokens`
+  in flight) and a job goes to the reload worker (`reload_worker.py`): reads into a
+  staging buffer on the pool's device, gathers into the slots (`storage/device_reload.py`),
+  paced by the coordinator, all off the scheduler thread;
+- waiting (`check_prefetch_progress`): the request stays in the waiting queue, as a
+  prefetching one does, while every other request runs; HiCache's stop policies apply
+  (`best_effort`, `timeout`, `wait_complete`); a cut reload keeps its leading pages;
+- admission (match + `init_load_back`): the pages every rank landed are matched as a
+  load-back; HiCache loads the plan's DRAM part host -> device, the SSD pages join the
+  tree as device nodes, unused slots go back. A failed read (I/O error, checksum, missing
+  page) or an abort publishes nothing past the last good page, the rest is recomputed,
+  and failed pages leave the store index;
 - promotion: the share of SSD pages the promotion controller picks (leading pages,
   recency-protected host headroom) is copied device -> host by HiCache's write-through.
 
@@ -27,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from array import array
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -56,32 +62,43 @@ from sglang_saria.mem_cache.sglang_adapter import page_key
 from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
 from sglang_saria.mem_cache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.tiers import DRAM, SSD
+from sglang_saria.mem_cache.reload_worker import ReloadJob, ReloadWorker
 from sglang_saria.storage.device_reload import DeviceReloader, UnsupportedPoolLayout
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _SSDHit:
-    """What a request's match found past the tree, consumed by its `init_load_back`."""
+class _PendingReload:
+    """A request's SSD hit, from its arrival (slots allocated, job submitted) to its
+    admission (the landed pages join the tree) or release (slots freed)."""
 
-    anchor: NodeId  # deepest tree node of the match (device or host); the SSD pages follow it
+    anchor: NodeId  # deepest tree node of the arrival match (device or host); locked meanwhile
     key: RadixKey  # the request's key up to the end of the SSD pages
     start: int  # tokens before the SSD pages (device + host)
-    host_tokens: int  # of those, tokens to load from the host pool
+    host_tokens: int  # of those, host-only tokens (HiCache loads them at admission)
     page_hashes: list[str]  # the SSD pages, in order
     plan: ReloadPlan
+    locks: tuple[Any, Any]  # (device path lock, host lock) of the anchor
+    deadline: float  # monotonic; the `timeout` prefetch policy cuts the reload here
+    job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
 
 
 class SariaRadixCache(UnifiedRadixCache):
-    """UnifiedRadixCache whose storage hits go SSD -> device pool, not SSD -> host -> device."""
+    """UnifiedRadixCache whose storage hits go SSD -> device pool, not SSD -> host -> device,
+    read by a worker thread while the request waits in the queue."""
 
     def __init__(self, params: Any) -> None:
         super().__init__(params)
-        self._ssd_hits: dict[str, _SSDHit] = {}
+        self._reloads: dict[str, _PendingReload] = {}  # by request id
+        self._deferred: list[str] = []  # request ids waiting for the in-flight cap, FIFO
+        self._abandoned: list[_PendingReload] = []  # released while their job still runs
+        self._inflight_tokens = 0  # device slots held by reload jobs
+        self._published: dict[str, int] = {}  # request id -> end of its reloaded prefix
         # Locks holding freshly reloaded tails until their request locks its own path.
         self._reload_locks: list[tuple[NodeId, Any]] = []
         self._reloader: Optional[DeviceReloader] = None
+        self._worker: Optional[ReloadWorker] = None
         self._direct: Optional[bool] = None  # decided once the storage backend is attached
         self._pacer: Optional[RealTimePacer] = None
         self._promotion: Optional[PromotionController] = None
@@ -117,7 +134,6 @@ class SariaRadixCache(UnifiedRadixCache):
                 host_pool.layout,
                 self.page_size,
                 backend.page_bytes,
-                host_pool=host_pool,
             )
         except UnsupportedPoolLayout as e:
             logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
@@ -125,14 +141,48 @@ class SariaRadixCache(UnifiedRadixCache):
         cfg = policy.config
         self._pacer = RealTimePacer(cfg.bandwidth, cfg.transfer.mode)
         self._promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
+        self._worker = ReloadWorker(self._reloader, self._pacer, self._worker_agreement(), self._drop_pages)
         self._direct = True
         logger.info(
-            "saria: direct SSD -> device reload on (transfer.mode=%s, promotion=%s r_eff=%.2f)",
+            "saria: direct SSD -> device reload on, off the scheduler thread (transfer.mode=%s, "
+            "max_inflight_reload_tokens=%d, prefetch policy %s, promotion=%s r_eff=%.2f)",
             cfg.transfer.mode,
+            cfg.transfer.max_inflight_reload_tokens,
+            self.prefetch_stop_policy,
             cfg.promotion.mode,
             self._promotion.r_eff,
         )
         return True
+
+    def _worker_agreement(self) -> Callable[[int], int]:
+        """MIN over the attention ranks, for the worker thread: on process groups of its own
+        (a gloo group must not be used by two threads at once), created here, at the same
+        point of every rank's scheduler. Identity on one rank."""
+        dist = torch.distributed
+        groups = [g for g in (self.attn_cp_group, self.attn_tp_group) if g is not None and dist.get_world_size(g) > 1]
+        if not groups and self.tp_world_size > 1:
+            groups = [self.tp_group]
+        if not groups:
+            return lambda value: value
+        own = [dist.new_group(dist.get_process_group_ranks(g), backend="gloo") for g in groups]
+
+        def agree(value: int) -> int:
+            tensor = torch.tensor(value, dtype=torch.int64)
+            for group in own:
+                dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
+            return int(tensor.item())
+
+        return agree
+
+    def _drop_pages(self, page_hashes: Sequence[str]) -> None:
+        """Pages whose read failed leave the store index (worker thread; the store locks).
+        A checksum failure is already gone (the store drops it on read)."""
+        backend = self._backend()
+        keys = [backend.storage_key(h) for h in page_hashes]
+        backend.store.evict(keys)
+        gone = sum(not backend.store.exists(k) for k in keys)
+        self._metrics.pages_dropped(gone)
+        logger.warning("saria: %d page(s) that failed their read left the store index", gone)
 
     def _install_kv_audit(self) -> None:
         """SGLANG_SARIA_AUDIT_KV=1: check the bytes of every page moved between device,
@@ -152,65 +202,89 @@ class SariaRadixCache(UnifiedRadixCache):
         backend.kv_audit = self._kv_audit = audit
         logger.info("saria: KV audit on for pools %s", sorted(audit.pools))
 
-    # ------------------------------------------------------------------ HiCache's staging path, off
+    # ------------------------------------------------------------------ arrival: probe, plan, submit
     def query_storage_hit_length(self, *args: Any, **kwargs: Any) -> int:
         if self._direct_enabled():
             return 0
         return super().query_storage_hit_length(*args, **kwargs)
 
-    def prefetch_from_storage(self, *args: Any, **kwargs: Any) -> Optional[bool]:
-        if self._direct_enabled():
+    def prefetch_from_storage(
+        self,
+        request: CacheRequestHandle,
+        last_host_node_id: NodeId,
+        new_input_tokens: list[int],
+        last_hash: Optional[str] = None,
+        prefix_keys: Optional[list[str]] = None,
+        matched_prefix_tokens: Optional[list[int]] = None,
+        extra_key: Optional[str] = None,
+        cache_salt: Optional[str] = None,
+        storage_hit_end: Optional[int] = None,
+    ) -> Optional[bool]:
+        """At a request's arrival (as HiCache's prefetch): with direct reload, start reading
+        the SSD pages past its tree match into device slots; the request waits in the queue
+        (`check_prefetch_progress`) while everyone else runs."""
+        if not self._direct_enabled():
+            return super().prefetch_from_storage(
+                request, last_host_node_id, new_input_tokens, last_hash, prefix_keys,
+                matched_prefix_tokens, extra_key, cache_salt, storage_hit_end,
+            )
+        if request.rid in self._reloads:
             return None
-        return super().prefetch_from_storage(*args, **kwargs)
+        prefix = list(matched_prefix_tokens or [])
+        pending = self._probe(last_host_node_id, prefix, list(new_input_tokens), last_hash, extra_key, cache_salt)
+        if pending is not None:
+            self._reloads[request.rid] = pending
+            self._deferred.append(request.rid)
+            self._start_deferred()
+        return None
 
-    # ------------------------------------------------------------------ match: plan DRAM + SSD
-    def _finalize_match_result(self, params: MatchPrefixParams, result: MatchResult) -> MatchResult:
-        result = super()._finalize_match_result(params, result)
-        req = params.req
-        if req is None or not self._direct_enabled():
-            return result
-        self._ssd_hits.pop(req.rid, None)
-        hit = self._probe_ssd(params.key, result)
-        if hit is None:
-            return result
-        self._ssd_hits[req.rid] = hit
-        end = hit.start + len(hit.page_hashes) * self.page_size
-        return result._replace(
-            host_hit_length=end - result.device_prefix_len,
-            full_kv_hit_length=max(result.full_kv_hit_length, end),
-        )
-
-    def _probe_ssd(self, key: RadixKey, result: MatchResult) -> Optional[_SSDHit]:
+    def _probe(
+        self,
+        anchor: NodeId,
+        prefix: list[int],
+        tokens: list[int],
+        last_hash: Optional[str],
+        extra_key: Optional[str],
+        cache_salt: Optional[str],
+    ) -> Optional[_PendingReload]:
+        """The plan of the stored pages past ``anchor``: an in-memory index probe (no I/O,
+        no collective: the worker settles what every rank loaded)."""
         page = self.page_size
-        start = result.device_prefix_len + result.host_hit_length
-        tail = (len(key) - start) // page * page
-        anchor = result.best_match_node
-        # Any page past the DRAM part is worth a read: unlike HiCache's asynchronous prefetch
-        # (gated by prefetch_threshold), a direct read is one in-memory index probe and the
-        # SSD pages join the same plan as the DRAM pages before them.
-        if tail < page or (result.host_hit_length and anchor != result.last_host_node):
-            return None
-        last_hash = None if self.is_root(anchor) else self.get_last_hash_value(anchor)
-        if last_hash is None and not self.is_root(anchor):
+        tail = len(tokens) // page * page
+        if tail < page or (last_hash is None and not self.is_root(anchor)):
             return None  # an unhashed anchor would seed the chain wrongly: no match possible
-        hashes = get_storage_hash_str(key[start : start + tail], last_hash, page_size=page)
-        n_ssd = self._agree_min(self._backend().batch_exists(hashes))
+        key_tail = RadixKey(array("q", tokens[:tail]), extra_key=extra_key, cache_salt=cache_salt)
+        hashes = get_storage_hash_str(key_tail, last_hash, page_size=page)
+        cap_pages = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens // page
+        n_ssd = min(self._backend().batch_exists(hashes), cap_pages)
         if n_ssd == 0:
             return None
-        hashes = hashes[:n_ssd]
-        host_hashes = self._host_hashes(anchor, result.host_hit_length)
-        plan = self._plan(host_hashes, hashes)
+        host_tokens = self._host_only_tokens(anchor)
+        plan = self._plan(self._host_hashes(anchor, host_tokens), hashes[:n_ssd])
         if plan.ssd_blocks == 0:
             return None
         n_ssd = plan.ssd_blocks
-        return _SSDHit(
+        locks = (self.inc_lock_ref(anchor).to_dec_params(), self.inc_host_lock_ref(anchor).to_dec_params())
+        timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
+        return _PendingReload(
             anchor=anchor,
-            key=key[: start + n_ssd * page],
-            start=start,
-            host_tokens=result.host_hit_length,
+            key=RadixKey(array("q", prefix + tokens[: n_ssd * page]), extra_key=extra_key, cache_salt=cache_salt),
+            start=len(prefix),
+            host_tokens=host_tokens,
             page_hashes=hashes[:n_ssd],
             plan=plan,
+            locks=locks,
+            deadline=time.monotonic() + timeout,
         )
+
+    def _host_only_tokens(self, anchor: NodeId) -> int:
+        """Tokens of the match that only the host pool holds (the nodes just above ``anchor``)."""
+        tokens = 0
+        node = self.tree_core.node_by_id(anchor)
+        while node is not None and node.parent is not None and node.evicted:
+            tokens += len(node.key)
+            node = node.parent
+        return tokens
 
     def _host_hashes(self, anchor: NodeId, host_tokens: int) -> list[str]:
         """Page hashes of the host-only part of the match (the pages just above ``anchor``)."""
@@ -241,116 +315,31 @@ class SariaRadixCache(UnifiedRadixCache):
             raise RuntimeError(f"saria: planner {planner!r} moved host-resident pages off DRAM: {plan}")
         return plan
 
-    # ------------------------------------------------------------------ load: one plan, two sources
-    def init_load_back(self, params: InitLoadBackParams) -> Optional[tuple[int, NodeId]]:
-        req = params.req
-        hit = self._ssd_hits.pop(req.rid, None) if req is not None else None
-        if hit is None:
-            loaded = super().init_load_back(params)
-            if loaded is not None and loaded[0] and self._direct:
-                self._metrics.reloaded("dram", loaded[0])
-                # A DRAM-only reload (HiCache's copy) shares the link too: the coordinator
-                # counts it, so SSD reads admitted while it copies get their fair allowance.
-                self._pacer.begin(loaded[0] * self._reloader.page_bytes // self.page_size, 0)
-            return loaded
-        if hit.anchor != params.best_match_node:
-            return self._fallback(req, "stale_match")
-        ssd_tokens = len(hit.page_hashes) * self.page_size
-        host_lock = self.inc_host_lock_ref(hit.anchor).to_dec_params()
-        path_lock = self.inc_lock_ref(hit.anchor).to_dec_params()
-        try:
-            return self._load_plan(req, hit, params, ssd_tokens)
-        finally:
-            self.dec_lock_ref(hit.anchor, path_lock)
-            self.dec_host_lock_ref(hit.anchor, host_lock)
-
-    def _load_plan(
-        self, req: Any, hit: _SSDHit, params: InitLoadBackParams, ssd_tokens: int
-    ) -> tuple[int, NodeId]:
-        t0 = time.perf_counter()
-        if params.mem_quota is not None and hit.host_tokens + ssd_tokens > params.mem_quota:
-            return self._fallback(req, "mem_quota")
-        # The plan's DRAM pages go in the same gathers as its SSD pages when the host pool
-        # allows (its MHA layouts); otherwise HiCache's host -> device copy loads them after.
-        host_xfer = None
-        if hit.host_tokens and self._reloader.moves_host_pages:
-            host_xfer, comp_xfers = self.tree_core.build_load_back_spec(hit.anchor, req=req)
-            if comp_xfers or len(host_xfer.host_indices) != hit.host_tokens:
-                return self._fallback(req, "host_spec")
-        joint_host = hit.host_tokens if host_xfer is not None else 0
-        slots = self._alloc_device(ssd_tokens + joint_host)
-        if slots is None:
-            return self._fallback(req, "device_memory")
-        ssd_slots, host_dev = slots[:ssd_tokens], slots[ssd_tokens:]
-        bytes_per_token = self._reloader.page_bytes // self.page_size
-        ticket = self._pacer.begin(hit.host_tokens * bytes_per_token, ssd_tokens * bytes_per_token)
-        try:
-            outcome = self._reloader.load(
-                hit.page_hashes,
-                ssd_slots,
-                host_xfer.host_indices if host_xfer is not None else None,
-                host_dev,
-                lambda done: self._pacer.pace_ssd(ticket, done),
+    def _start_deferred(self) -> None:
+        """Submit waiting reloads in arrival order while the in-flight cap allows (one
+        larger than the cap alone was cut to it by the probe)."""
+        cap = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens
+        while self._deferred:
+            rid = self._deferred[0]
+            pending = self._reloads[rid]
+            tokens = len(pending.page_hashes) * self.page_size
+            if self._inflight_tokens and self._inflight_tokens + tokens > cap:
+                return
+            self._deferred.pop(0)
+            slots = self._alloc_device(tokens)
+            if slots is None:
+                del self._reloads[rid]
+                self._release(pending, "device_memory")
+                continue
+            bytes_per_token = self._reloader.page_bytes // self.page_size
+            pending.job = self._worker.submit(
+                ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token)
             )
-        finally:
-            self._pacer.end(ticket)
-        if not self._agree_min(int(outcome.ok)) and outcome.ok:
-            outcome.ok, outcome.reason = False, "peer_rank"
-        if not outcome.ok:
-            self.token_to_kv_pool_allocator.free(slots)
-            return self._fallback(req, f"store_{outcome.reason}")
-        self._metrics.pages_read("device", outcome.pages)
-        self._backend().saria_policy.on_ssd_reload(hit.page_hashes)
-        if self._kv_audit is not None:
-            self._kv_audit.store_to_device(PoolName.KV.value, hit.page_hashes, ssd_slots)
-            if host_xfer is not None:
-                self._kv_audit.host_to_device(PoolName.KV.value, host_xfer.host_indices, host_dev)
+            self._held(tokens)
 
-        if host_xfer is not None:
-            # The copy is done: commit the host nodes' device values as HiCache's ack would.
-            self._apply_cache_actions(self.tree_core.commit_load_back(hit.anchor, host_dev, host_xfer, {}))
-            self.tree_core.finish_load_back(hit.anchor)
-            host_loaded = hit.host_tokens
-        elif hit.host_tokens:
-            loaded = super().init_load_back(
-                InitLoadBackParams(hit.anchor, hit.host_tokens, params.mem_quota, req)
-            )
-            host_loaded = loaded[0] if loaded is not None else 0
-            if host_loaded < hit.host_tokens:
-                self.token_to_kv_pool_allocator.free(slots)
-                return self._fallback(req, "host_load")
-        else:
-            host_loaded = 0
-
-        last_node = self._insert_tail(req, hit, ssd_slots)
-        # The request's own insert after prefill must not count these nodes again either.
-        req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, hit.start + ssd_tokens)
-        self._reload_locks.append((last_node, self.inc_lock_ref(last_node).to_dec_params()))
-        # SGLang's cached-token report: the SSD part is this request's storage hit.
-        req.storage_hit_start = hit.start
-        req.storage_hit_length = ssd_tokens
-        req.host_hit_is_storage = False
-        self._metrics.reloaded("dram", host_loaded)
-        self._metrics.reloaded("ssd", ssd_tokens)
-        logger.debug(
-            "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks, %s) in %.2f ms",
-            req.rid,
-            hit.start - hit.host_tokens,
-            host_loaded,
-            ssd_tokens,
-            hit.plan.dram_blocks,
-            hit.plan.ssd_blocks,
-            "dram by HiCache's copy" if hit.host_tokens and host_xfer is None else "one gather plan",
-            (time.perf_counter() - t0) * 1e3,
-        )
-        return host_loaded + ssd_tokens, last_node
-
-    def _agree_min(self, value: int) -> int:
-        """The minimum over the attention ranks (each TP rank has its own store): every rank
-        takes the same plan and the same success/fallback branch, as HiCache's hit query."""
-        tensor = torch.tensor(value, dtype=torch.int64)
-        self._all_reduce_attn_groups(tensor, torch.distributed.ReduceOp.MIN)
-        return int(tensor.item())
+    def _held(self, tokens: int) -> None:
+        self._inflight_tokens += tokens
+        self._metrics.reload_inflight(self._inflight_tokens)
 
     def _alloc_device(self, tokens: int) -> Optional[torch.Tensor]:
         if self._component_available_size(ComponentType.FULL) < tokens:
@@ -361,17 +350,157 @@ class SariaRadixCache(UnifiedRadixCache):
             return None
         return self.token_to_kv_pool_allocator.alloc(tokens)
 
-    def _fallback(self, req: Any, reason: str) -> tuple[int, NodeId]:
-        """Nothing loaded: the scheduler re-admits the request without its cached tail."""
-        self._metrics.reload_fallback(reason)
-        logger.warning("saria reload %s abandoned (%s): recomputing its prefix", req.rid, reason)
-        return 0, req.last_node
+    def protected_size(self) -> int:
+        # Slots held by reloads in flight are allocated but owned by no node yet: SGLang's
+        # pool accounting (and its idle leak check) counts them as protected.
+        return super().protected_size() + getattr(self, "_inflight_tokens", 0)
 
-    def _insert_tail(self, req: Any, hit: _SSDHit, slots: torch.Tensor) -> NodeId:
+    # ------------------------------------------------------------------ waiting: HiCache's prefetch policies
+    def check_prefetch_progress(self, request: CacheRequestHandle) -> bool:
+        """Whether a request may leave the waiting queue: its reload is over (done, failed
+        or cut by the policy: `best_effort` cuts it at the first poll, `timeout` at its
+        deadline, `wait_complete` never). A cut job ends after the chunk in flight, with a
+        leading run of pages that the request keeps."""
+        if not self._direct_enabled():
+            return super().check_prefetch_progress(request)
+        pending = self._reloads.get(request.rid)
+        if pending is None:
+            return True
+        policy = self.prefetch_stop_policy
+        cut = policy == "best_effort" or (policy == "timeout" and time.monotonic() > pending.deadline)
+        if pending.job is None:  # held back by the in-flight cap
+            if not cut:
+                return False
+            self._deferred.remove(request.rid)
+            del self._reloads[request.rid]
+            self._release(pending, f"policy_{policy}")
+            return True
+        if cut and not pending.job.done:
+            pending.job.stop()
+        if not self._all_ranks_ready(pending.job.done):
+            return False
+        del self._reloads[request.rid]
+        self._publish(request, pending)
+        return True
+
+    def _all_ranks_ready(self, done: bool) -> bool:
+        """Ranks see their worker finish at different steps; a request leaves the queue on
+        all of them at once (a MIN all-reduce per poll, as HiCache's own progress check;
+        nothing on one rank)."""
+        if self.tp_world_size <= 1:
+            return done
+        tensor = torch.tensor(int(done), dtype=torch.int64)
+        self._all_reduce_attn_groups(tensor, torch.distributed.ReduceOp.MIN)
+        return bool(tensor.item())
+
+    # ------------------------------------------------------------------ ready: publish the landed pages
+    @staticmethod
+    def _job_reason(job: ReloadJob) -> str:
+        return f"store_{job.reason}" if job.reason not in ("stopped", "peer_rank", "worker_error") else job.reason
+
+    def _publish(self, request: CacheRequestHandle, pending: _PendingReload) -> None:
+        """The request leaves the queue: the plan's DRAM part goes host -> device (HiCache's
+        load-back), the landed SSD pages join the tree as device nodes after it, and the
+        request is admitted with all of it as a device hit. Its slots past the landed pages
+        go back to the pool. (Reporting them as a host hit instead would make the scheduler
+        budget fresh slots for pages that already have theirs.)"""
+        job = pending.job
+        if job.pages == 0:
+            self._release(pending, self._job_reason(job))
+            return
+        host_loaded = 0
+        if pending.host_tokens:
+            if not self.load_back(pending.anchor) or self.tree_core.is_full_device_evicted(pending.anchor):
+                self._release(pending, "host_load")
+                return
+            host_loaded = pending.host_tokens
+        ssd_tokens = job.pages * self.page_size
+        published, unused = job.slots[:ssd_tokens], job.slots[ssd_tokens:]
+        hashes = pending.page_hashes[: job.pages]
+        if unused.numel():
+            self.token_to_kv_pool_allocator.free(unused)
+        self._held(-job.tokens)
+        if self._kv_audit is not None:
+            self._kv_audit.store_to_device(PoolName.KV.value, hashes, published)
+        self._metrics.pages_read("device", job.pages)
+        self._backend().saria_policy.on_ssd_reload(hashes)
+        last_node = self._insert_tail(request.rid, pending, published)
+        self._unlock(pending)
+        # Held until the request locks its own path at admission (next step at the latest).
+        self._reload_locks.append((last_node, self.inc_lock_ref(last_node).to_dec_params()))
+        self._published[request.rid] = pending.start + ssd_tokens
+        # SGLang's cached-token report: the SSD part is this request's storage hit.
+        self.prefetch_loaded_tokens_by_reqid[request] = ssd_tokens
+        self.prefetch_loaded_storage_start_by_reqid[request] = pending.start
+        self._metrics.reloaded("dram", host_loaded)
+        self._metrics.reloaded("ssd", ssd_tokens)
+        if job.pages < len(pending.page_hashes):
+            # The rest of the prefix is recomputed; what landed is kept.
+            self._metrics.reload_fallback(self._job_reason(job))
+            logger.warning(
+                "saria reload %s: %d of %d SSD pages loaded (%s); recomputing the rest",
+                request.rid, job.pages, len(pending.page_hashes), job.reason,
+            )
+        logger.debug(
+            "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks), read in %.2f ms "
+            "off the scheduler thread, %.2f ms from arrival to admission",
+            request.rid,
+            pending.start - pending.host_tokens,
+            host_loaded,
+            ssd_tokens,
+            pending.plan.dram_blocks,
+            pending.plan.ssd_blocks,
+            job.seconds * 1e3,
+            (time.monotonic() - job.submitted) * 1e3,
+        )
+
+    def _finalize_match_result(self, params: MatchPrefixParams, result: MatchResult) -> MatchResult:
+        """The match right after a publish (the scheduler's, for the same request): the
+        request's own insert after prefill must not count the reloaded nodes as a reuse
+        (that would fire HiCache's write-through of every reloaded page, bypassing lazy
+        partial promotion)."""
+        result = super()._finalize_match_result(params, result)
+        req = params.req
+        if req is not None and self._published:
+            end = self._published.pop(req.rid, None)
+            if end is not None:
+                req.kv.cache_inserted_len = max(req.kv.cache_inserted_len, end)
+        return result
+
+    def init_load_back(self, params: InitLoadBackParams) -> Optional[tuple[int, NodeId]]:
+        loaded = super().init_load_back(params)
+        if loaded is not None and loaded[0] and self._direct:
+            self._metrics.reloaded("dram", loaded[0])
+            # A DRAM-only reload (HiCache's copy) shares the link too: the coordinator
+            # counts it, so SSD reads admitted while it copies get their fair allowance.
+            self._pacer.begin(loaded[0] * self._reloader.page_bytes // self.page_size, 0)
+        return loaded
+
+    def _release(self, pending: _PendingReload, reason: Optional[str] = None) -> None:
+        """Give a reload's slots back and unlock its anchor; a job still running is stopped
+        and released once the worker is done with its slots (`check_hicache_events`)."""
+        if reason is not None:
+            self._metrics.reload_fallback(reason)
+        job = pending.job
+        if job is not None and not job.done:
+            job.stop()
+            self._abandoned.append(pending)
+            return
+        if job is not None:
+            self.token_to_kv_pool_allocator.free(job.slots)
+            self._held(-job.tokens)
+        self._unlock(pending)
+
+    def _unlock(self, pending: _PendingReload) -> None:
+        path_lock, host_lock = pending.locks
+        self.dec_lock_ref(pending.anchor, path_lock)
+        self.dec_host_lock_ref(pending.anchor, host_lock)
+
+    def _insert_tail(self, rid: str, hit: _PendingReload, slots: torch.Tensor) -> NodeId:
         """Publish the SSD pages as device nodes under the anchor; promote the chosen leading share."""
         path = self.path_device_indices(hit.anchor).to(torch.int64)
-        assert len(path) == hit.start, (req.rid, len(path), hit.start)
-        promote = self._promotion_tokens(hit) if len(slots) else 0
+        assert len(path) == hit.start, (rid, len(path), hit.start)
+        promote = self._promotion_tokens(hit, len(slots) // self.page_size) if len(slots) else 0
         node = hit.anchor
         cuts = [hit.start + promote] if 0 < promote < len(slots) else []
         for end in cuts + [hit.start + len(slots)]:
@@ -385,7 +514,6 @@ class SariaRadixCache(UnifiedRadixCache):
                     value=path,
                     prev_prefix_len=done,
                     inserted_len=end,
-                    priority=req.priority or 0,
                 )
             )
             node = result.last_device_node
@@ -393,13 +521,13 @@ class SariaRadixCache(UnifiedRadixCache):
                 self._promote(node, promote)
         return node
 
-    def _promotion_tokens(self, hit: _SSDHit) -> int:
+    def _promotion_tokens(self, hit: _PendingReload, pages: int) -> int:
         """Lazy partial promotion (paper 4.4): how many leading SSD tokens to copy to host."""
         page = self.page_size
         ctrl = self._promotion
-        reused = hit.start // page + len(hit.page_hashes)
+        reused = hit.start // page + pages
         in_dram = hit.start // page  # the tree's prefix is host-backed (write-through)
-        want = ctrl.target_blocks(reused, in_dram, len(hit.page_hashes))
+        want = ctrl.target_blocks(reused, in_dram, pages)
         if want == 0:
             return 0
         return min(want, self._host_headroom_pages(ctrl)) * page
@@ -426,6 +554,9 @@ class SariaRadixCache(UnifiedRadixCache):
     def check_hicache_events(self) -> None:
         if self._kv_audit_pending:
             self._install_kv_audit()
+        if self._direct_enabled():
+            self._reap_abandoned()
+            self._start_deferred()
         # The requests admitted with a reload hold their own path locks by now.
         locks, self._reload_locks = self._reload_locks, []
         for node_id, lock_params in locks:
@@ -466,11 +597,38 @@ class SariaRadixCache(UnifiedRadixCache):
         for error in audit.errors:
             logger.error("saria tier audit: %s", error)
 
+    def _reap_abandoned(self) -> None:
+        """Free the slots of released reloads whose worker job has ended since."""
+        running = []
+        for pending in self._abandoned:
+            if pending.job.done:
+                self.token_to_kv_pool_allocator.free(pending.job.slots)
+                self._held(-pending.job.tokens)
+                self._unlock(pending)
+            else:
+                running.append(pending)
+        self._abandoned = running
+
     def release_aborted_request(self, request: CacheRequestHandle) -> None:
-        self._ssd_hits.pop(request.rid, None)
+        self._published.pop(request.rid, None)
+        pending = self._reloads.pop(request.rid, None)
+        if pending is not None:
+            if request.rid in self._deferred:
+                self._deferred.remove(request.rid)
+            self._release(pending, "aborted")
         super().release_aborted_request(request)
 
     def reset(self) -> None:
-        self._ssd_hits = {}
+        if not hasattr(self, "_reloads"):  # the base constructor resets before ours runs
+            super().reset()
+            return
+        # flush_cache runs with no request queued: only released jobs may still run. Wait
+        # for them (a chunk's reads) so no worker writes into the pool after the reset.
+        for pending in self._abandoned + list(self._reloads.values()):
+            if pending.job is not None:
+                pending.job.stop()
+                pending.job.wait()
+        self._reloads, self._deferred, self._abandoned, self._published = {}, [], [], {}
+        self._held(-self._inflight_tokens)
         self._reload_locks = []
         super().reset()

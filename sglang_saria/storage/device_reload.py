@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
@@ -68,9 +68,10 @@ class PageGeometry:
 @dataclass
 class ReloadOutcome:
     ok: bool
-    pages: int = 0
+    pages: int = 0  # leading SSD pages now in their device slots (all of them when ok)
     nbytes: int = 0
-    reason: str = ""  # why it failed: the store's status ("miss", "corrupt", "io_error", ...)
+    reason: str = ""  # why it failed: the store's status ("miss", "corrupt", "io_error", ...) or "stopped"
+    failed: list[tuple[str, str]] = field(default_factory=list)  # (page hash, status) of failed reads
 
 
 class DeviceReloader:
@@ -163,6 +164,7 @@ class DeviceReloader:
         host_slots: Optional[torch.Tensor] = None,
         host_device_slots: Optional[torch.Tensor] = None,
         pace: Optional[Callable[[int], float]] = None,
+        stop: Optional[Callable[[], bool]] = None,
     ) -> ReloadOutcome:
         """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page) and copy
         host-pool slots ``host_slots`` to ``host_device_slots``, in one plan.
@@ -200,18 +202,23 @@ class DeviceReloader:
         pending = read(0) if n else []
         for start in range(0, max(n, 1), chunk):
             count = min(chunk, n - start)
-            bad = next((st for st in (f.result() for f in pending) if not st.ok), None)
-            if bad is not None:
-                return ReloadOutcome(False, start, start * self.page_bytes, reason=bad.value)
+            statuses = [f.result() for f in pending]
+            failed = [(page_hashes[start + i], st.value) for i, st in enumerate(statuses) if not st.ok]
+            if failed:
+                count = next(i for i, st in enumerate(statuses) if not st.ok)
+            # Stopped or failed: gather what this chunk read in prefix order, read no further.
+            last = bool(failed) or start + count >= n or (stop is not None and stop())
             buf = staging[(start // chunk) % len(staging)] if n else None
-            if start + chunk < n:
+            if not last:
                 if self.device.type == "cuda":
                     # The buffer about to be refilled was gathered from two chunks ago.
                     torch.cuda.current_stream(self.device).synchronize()
                 pending = read(start + chunk)
             done_bytes = (start + count) * self.page_bytes
             due = host_pages
-            if pace is not None and start + count < n:
+            if start + count < n and last:
+                due = host_done  # an unfinished load moves no more DRAM pages
+            elif pace is not None and start + count < n:
                 due = min(host_pages, int(pace(done_bytes) // self.page_bytes))
             elif pace is not None:
                 pace(done_bytes)
@@ -229,6 +236,12 @@ class DeviceReloader:
                 host_done = due
             if moves:
                 gather_rows([buf if buf is not None else staging[0], *self._host_sources], self.destinations, moves)
+            if start + count < n and last:
+                if self.device.type == "cuda":
+                    torch.cuda.current_stream(self.device).synchronize()
+                landed = start + count
+                reason = failed[0][1] if failed else "stopped"
+                return ReloadOutcome(False, landed, landed * self.page_bytes, reason=reason, failed=failed)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         return ReloadOutcome(True, n, n * self.page_bytes)

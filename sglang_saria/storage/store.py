@@ -53,6 +53,20 @@ from sglang_saria.storage.metrics import store_metrics
 logger = logging.getLogger(__name__)
 
 DEFAULT_SLOT_BYTES = 4 << 20
+# Test-only: seconds every object read sleeps on its read thread before reading, so a test
+# can hold a reload in flight (tests/e2e/test_async_reload.py). Never set it in production.
+TEST_READ_DELAY_ENV = "SARIA_TEST_READ_DELAY_S"
+
+
+def _test_read_delay_s() -> float:
+    raw = os.environ.get(TEST_READ_DELAY_ENV, "")
+    try:
+        delay = float(raw) if raw else 0.0
+    except ValueError:
+        delay = -1.0
+    if not delay >= 0.0:
+        raise ValueError(f"{TEST_READ_DELAY_ENV}={raw!r}: must be a non-negative number of seconds (test-only)")
+    return delay
 MAX_KEY_CHARS = 1024
 _FLUSH_EVERY_S = 1.0
 
@@ -187,6 +201,9 @@ class SariaStore:
         self._pending_deletes: List[str] = []
         self._touched: Dict[str, float] = {}
         self._offline: Optional[str] = None  # why the store went offline, once it has
+        self._read_delay_s = _test_read_delay_s()
+        if self._read_delay_s:
+            logger.warning("saria store: %s=%s: every read is delayed (test-only)", TEST_READ_DELAY_ENV, self._read_delay_s)
         self._recover()
         self._seq = self._index.max_seq()
 
@@ -510,6 +527,8 @@ class SariaStore:
 
     def _read_sub(self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, e: Entry, fut: Future) -> None:
         try:
+            if self._read_delay_s and i == 0:
+                time.sleep(self._read_delay_s)
             pieces = [p for s, t in sub.ranges for p in scatter.slice(s, t)]
             got = self.engine.read(sub.dir_idx, sub.file_offset, pieces)
             self._devices[sub.dir_idx].add(read=got)

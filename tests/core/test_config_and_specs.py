@@ -22,6 +22,11 @@ def test_from_dict_names_bad_field_and_value():
         SariaConfig.from_dict({"metadata": {"block_tokens": 512, "checkpoint_tokens": 1000}})
     with pytest.raises(ConfigError, match=r"metadata.block_tokens='512'"):
         SariaConfig.from_dict({"metadata": {"block_tokens": "512"}})
+    for bad in (0, -16, "64K", 1.5, True):
+        with pytest.raises(ConfigError, match=r"extra-config: transfer.max_inflight_reload_tokens=.*(positive integer|expected an integer)"):
+            SariaConfig.from_dict({"transfer": {"max_inflight_reload_tokens": bad}}, source="extra-config")
+    cap = SariaConfig.from_dict({"transfer": {"max_inflight_reload_tokens": 4096}}).transfer
+    assert cap.max_inflight_reload_tokens == 4096
 
 
 def test_from_dict_round_trips_and_parses_capacities():

@@ -31,6 +31,17 @@ def test_coordinated_residual_ingress_serves_other_requests_dram_parts():
     assert done[1] == pytest.approx(1.0, rel=1e-12)
 
 
+def test_dram_only_load_queued_ahead_does_not_hold_a_later_ssd_reload_back():
+    # Issue 12: 10 GB DRAM-only load, then a 14.7 GB SSD reload; GDS keeps its 20 GB/s
+    # allowance (0.735 s), the DRAM load gets the other 28 GB/s (before the fix: 0.94 s).
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated")
+    c.submit(0, 10 * GB, 0, 0.0)
+    c.submit(1, 0, 14.7 * GB, 0.0)
+    done = dict(c.advance(float("inf")))
+    assert done[1] == pytest.approx(0.735, rel=1e-12)
+    assert done[0] == pytest.approx(10 / 28, rel=1e-12)
+
+
 def test_coordinated_request_goes_to_full_dram_rate_after_its_ssd_part():
     c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated")
     c.submit(0, 40 * GB, 10 * GB, 0.0)  # SSD done at 0.5 s (DRAM 28 GB/s -> 14 GB), then 26 GB at 48

@@ -68,15 +68,30 @@ def test_pages_land_in_their_slots_exactly(make_store, layout, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_failed_read_stops_before_scattering_its_chunk(make_store, device):
+def test_failed_read_lands_the_pages_before_it_and_nothing_after(make_store, device):
     store = make_store(slot_bytes="4KiB")
-    kv = torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(torch.bfloat16)
-    assert store.put("p0", stored_page(kv, "page_first")).ok
+    kv = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(torch.bfloat16) for _ in range(2)]
+    for i in range(2):
+        assert store.put(f"p{i}", stored_page(kv[i], "page_first")).ok
     pool = DevicePool(32, torch.bfloat16, device)
     reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.bfloat16))
-    outcome = reloader.load(["p0", "missing"], torch.arange(2 * PAGE))
-    assert not outcome.ok and outcome.reason == "miss"
-    assert all(not buf.any() for buf in pool.k_buffer + pool.v_buffer)
+    outcome = reloader.load(["p0", "missing", "p1"], torch.arange(3 * PAGE))
+    assert (outcome.ok, outcome.pages, outcome.reason) == (False, 1, "miss")
+    assert outcome.failed == [("missing", "miss")]
+    for layer in range(LAYERS):
+        assert torch.equal(pool.k_buffer[layer][:PAGE].cpu(), kv[0][0, layer])
+        assert not pool.k_buffer[layer][PAGE:].any() and not pool.v_buffer[layer][PAGE:].any()
+
+
+def test_stop_ends_a_load_between_chunks_with_a_leading_run_landed(make_store):
+    store = make_store(slot_bytes="4KiB")
+    for i in range(4):
+        assert store.put(f"p{i}", stored_page(torch.randn(2, LAYERS, PAGE, HEADS, DIM).half(), "page_first")).ok
+    pool = DevicePool(32, torch.float16)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=2)
+    outcome = reloader.load([f"p{i}" for i in range(4)], torch.arange(4 * PAGE), stop=lambda: True)
+    assert (outcome.ok, outcome.pages, outcome.reason, outcome.failed) == (False, 2, "stopped", [])
+    assert all(buf[: 2 * PAGE].any() and not buf[2 * PAGE :].any() for buf in pool.k_buffer)
 
 
 def test_slot_count_must_match_the_pages(make_store):

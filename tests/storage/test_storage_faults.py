@@ -19,7 +19,7 @@ import pytest
 
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.engine import PosixEngine
-from sglang_saria.storage.store import GetStatus, SariaStore
+from sglang_saria.storage.store import TEST_READ_DELAY_ENV, GetStatus, SariaStore
 
 SLOT = 64 * 1024
 
@@ -231,3 +231,18 @@ def test_data_dir_removed_while_serving_takes_the_store_offline_with_a_log_line_
     # A restart with the directory back opens a fresh, serving store.
     reopened = make_store(config=store.config)
     assert reopened.offline is None and reopened.put("after", payload("after", SLOT)).ok
+
+
+def test_test_only_read_delay_holds_every_read_and_bad_values_are_refused(make_store, payload, monkeypatch):
+    monkeypatch.setenv(TEST_READ_DELAY_ENV, "0.3")
+    store = make_store(slot_bytes="64KiB")
+    data = payload("k", 4096)
+    assert store.put("k", data).ok
+    dest = np.empty_like(data)
+    t0 = time.monotonic()
+    assert store.get("k", dest) is GetStatus.HIT
+    assert time.monotonic() - t0 >= 0.3
+    assert np.array_equal(dest, data)
+    monkeypatch.setenv(TEST_READ_DELAY_ENV, "soon")
+    with pytest.raises(ValueError, match=f"{TEST_READ_DELAY_ENV}='soon'"):
+        make_store(slot_bytes="64KiB")
