@@ -233,9 +233,12 @@ class SariaRadixCache(UnifiedRadixCache):
         prefix = list(matched_prefix_tokens or [])
         pending = self._probe(last_host_node_id, prefix, list(new_input_tokens), last_hash, extra_key, cache_salt)
         if pending is not None:
+            # Slots are allocated (and the device evicted for them) at the next step's
+            # check_hicache_events, never here: the scheduler also calls this from inside
+            # its prefill loop (a request whose device prefix shrank), where an allocation
+            # would break the budget of the batch being built (prefill OOM).
             self._reloads[request.rid] = pending
             self._deferred.append(request.rid)
-            self._start_deferred()
         return None
 
     def _probe(
