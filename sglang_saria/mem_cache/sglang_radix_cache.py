@@ -73,15 +73,17 @@ class _PendingReload:
     """A request's SSD hit, from its arrival (slots allocated, job submitted) to its
     admission (the landed pages join the tree) or release (slots freed)."""
 
+    request: CacheRequestHandle
     anchor: NodeId  # deepest tree node of the arrival match (device or host); locked meanwhile
     key: RadixKey  # the request's key up to the end of the SSD pages
     start: int  # tokens before the SSD pages (device + host)
-    host_tokens: int  # of those, host-only tokens (HiCache loads them at admission)
+    host_tokens: int  # of those, host-only tokens (loaded back at submission, counted again there)
     page_hashes: list[str]  # the SSD pages, in order
     plan: ReloadPlan
-    locks: tuple[Any, Any]  # (device path lock, host lock) of the anchor
+    host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
     deadline: float  # monotonic; the `timeout` prefetch policy cuts the reload here
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
+    path_lock: Any = None  # the anchor's device path, locked when the job is submitted
 
 
 class SariaRadixCache(UnifiedRadixCache):
@@ -231,7 +233,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if request.rid in self._reloads:
             return None
         prefix = list(matched_prefix_tokens or [])
-        pending = self._probe(last_host_node_id, prefix, list(new_input_tokens), last_hash, extra_key, cache_salt)
+        pending = self._probe(request, last_host_node_id, prefix, list(new_input_tokens), last_hash, extra_key, cache_salt)
         if pending is not None:
             # Slots are allocated (and the device evicted for them) at the next step's
             # check_hicache_events, never here: the scheduler also calls this from inside
@@ -243,6 +245,7 @@ class SariaRadixCache(UnifiedRadixCache):
 
     def _probe(
         self,
+        request: CacheRequestHandle,
         anchor: NodeId,
         prefix: list[int],
         tokens: list[int],
@@ -259,7 +262,7 @@ class SariaRadixCache(UnifiedRadixCache):
         key_tail = RadixKey(array("q", tokens[:tail]), extra_key=extra_key, cache_salt=cache_salt)
         hashes = get_storage_hash_str(key_tail, last_hash, page_size=page)
         cap_pages = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens // page
-        n_ssd = min(self._backend().batch_exists(hashes), cap_pages)
+        n_ssd = self._agree_min(min(self._backend().batch_exists(hashes), cap_pages))
         if n_ssd == 0:
             return None
         host_tokens = self._host_only_tokens(anchor)
@@ -267,16 +270,18 @@ class SariaRadixCache(UnifiedRadixCache):
         if plan.ssd_blocks == 0:
             return None
         n_ssd = plan.ssd_blocks
-        locks = (self.inc_lock_ref(anchor).to_dec_params(), self.inc_host_lock_ref(anchor).to_dec_params())
         timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
         return _PendingReload(
+            request=request,
             anchor=anchor,
             key=RadixKey(array("q", prefix + tokens[: n_ssd * page]), extra_key=extra_key, cache_salt=cache_salt),
             start=len(prefix),
             host_tokens=host_tokens,
             page_hashes=hashes[:n_ssd],
             plan=plan,
-            locks=locks,
+            # Only the host copy is locked here: a device lock would shrink the evictable
+            # size under a prefill batch being built (this may run inside that loop).
+            host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
             deadline=time.monotonic() + timeout,
         )
 
@@ -319,8 +324,12 @@ class SariaRadixCache(UnifiedRadixCache):
         return plan
 
     def _start_deferred(self) -> None:
-        """Submit waiting reloads in arrival order while the in-flight cap allows (one
-        larger than the cap alone was cut to it by the probe)."""
+        """Submit waiting reloads in arrival order while the in-flight cap and the device
+        pool allow (one larger than the cap alone was cut to it by the probe). Each gets
+        its device memory here, before the step's prefill batch is built: the plan's DRAM
+        part is loaded host -> device by HiCache, slots are allocated for the SSD pages.
+        A reload the pool cannot take yet waits (running requests free memory) until its
+        deadline, then its request recomputes."""
         cap = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens
         while self._deferred:
             rid = self._deferred[0]
@@ -328,17 +337,43 @@ class SariaRadixCache(UnifiedRadixCache):
             tokens = len(pending.page_hashes) * self.page_size
             if self._inflight_tokens and self._inflight_tokens + tokens > cap:
                 return
-            self._deferred.pop(0)
-            slots = self._alloc_device(tokens)
+            slots = self._claim_device(pending, tokens)
             if slots is None:
+                if time.monotonic() <= pending.deadline:
+                    return
+                self._deferred.pop(0)
                 del self._reloads[rid]
                 self._release(pending, "device_memory")
                 continue
+            self._deferred.pop(0)
             bytes_per_token = self._reloader.page_bytes // self.page_size
             pending.job = self._worker.submit(
                 ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token)
             )
             self._held(tokens)
+
+    def _claim_device(self, pending: _PendingReload, tokens: int) -> Optional[torch.Tensor]:
+        """Device memory for a reload: the host-only part of the anchor's path loaded back
+        (the anchor's device part may have been evicted since arrival, so the plan is made
+        again), the path locked, and ``tokens`` slots for the SSD pages; None, holding
+        nothing, when the pool cannot take them now."""
+        anchor = pending.anchor
+        host_tokens = self._host_only_tokens(anchor)
+        if host_tokens:
+            if not self.load_back(anchor) or self.tree_core.is_full_device_evicted(anchor):
+                return None
+            # Started now, not with the next prefill batch: none may come while every
+            # request waits (the request is published once HiCache has acked the copy).
+            self.cache_controller.start_loading()
+        path_lock = self.inc_lock_ref(anchor).to_dec_params()
+        slots = self._alloc_device(tokens)
+        if slots is None:
+            self.dec_lock_ref(anchor, path_lock)
+            return None
+        pending.path_lock = path_lock
+        pending.host_tokens = host_tokens
+        pending.plan = self._plan(self._host_hashes(anchor, host_tokens), pending.page_hashes)
+        return slots
 
     def _held(self, tokens: int) -> None:
         self._inflight_tokens += tokens
@@ -360,63 +395,75 @@ class SariaRadixCache(UnifiedRadixCache):
 
     # ------------------------------------------------------------------ waiting: HiCache's prefetch policies
     def check_prefetch_progress(self, request: CacheRequestHandle) -> bool:
-        """Whether a request may leave the waiting queue: its reload is over (done, failed
-        or cut by the policy: `best_effort` cuts it at the first poll, `timeout` at its
-        deadline, `wait_complete` never). A cut job ends after the chunk in flight, with a
-        leading run of pages that the request keeps."""
+        """Whether a request may leave the waiting queue: its reload has ended and been
+        published (or released) by `check_hicache_events`. Only reports: the scheduler
+        calls this inside its prefill loop, whose token budget a device allocation or a
+        host -> device load here would break."""
         if not self._direct_enabled():
             return super().check_prefetch_progress(request)
-        pending = self._reloads.get(request.rid)
-        if pending is None:
-            return True
-        policy = self.prefetch_stop_policy
-        cut = policy == "best_effort" or (policy == "timeout" and time.monotonic() > pending.deadline)
-        if pending.job is None:  # held back by the in-flight cap
-            if not cut:
-                return False
-            self._deferred.remove(request.rid)
-            del self._reloads[request.rid]
-            self._release(pending, f"policy_{policy}")
-            return True
-        if cut and not pending.job.done:
-            pending.job.stop()
-        if not self._all_ranks_ready(pending.job.done):
-            return False
-        del self._reloads[request.rid]
-        self._publish(request, pending)
-        return True
+        return request.rid not in self._reloads
 
-    def _all_ranks_ready(self, done: bool) -> bool:
-        """Ranks see their worker finish at different steps; a request leaves the queue on
-        all of them at once (a MIN all-reduce per poll, as HiCache's own progress check;
-        nothing on one rank)."""
+    def _advance_reloads(self) -> None:
+        """Once per scheduler step, before the batch is built: apply HiCache's stop policy
+        (`best_effort` cuts a reload at its first step, `timeout` at its deadline,
+        `wait_complete` never; a cut job ends after its chunk in flight, keeping a leading
+        run of pages), then publish every reload that all ranks have finished, its DRAM
+        part included (HiCache's load acked)."""
+        policy = self.prefetch_stop_policy
+        now = time.monotonic()
+        running = []
+        for rid, pending in list(self._reloads.items()):
+            cut = policy == "best_effort" or (policy == "timeout" and now > pending.deadline)
+            if pending.job is None:  # held back by the in-flight cap
+                if cut:
+                    self._deferred.remove(rid)
+                    del self._reloads[rid]
+                    self._release(pending, f"policy_{policy}")
+                continue
+            if cut and not pending.job.done:
+                pending.job.stop()
+            running.append((rid, pending))
+        landed = [p.job.done and p.anchor not in self.ongoing_load_back for _, p in running]
+        for (rid, pending), done in zip(running, self._all_ranks_done(landed)):
+            if done:
+                del self._reloads[rid]
+                self._publish(pending)
+
+    def _agree_min(self, value: int) -> int:
+        """The smallest ``value`` over the attention ranks (identity on one rank): a reload
+        exists on every rank or on none, with the same number of pages."""
         if self.tp_world_size <= 1:
-            return done
-        tensor = torch.tensor(int(done), dtype=torch.int64)
+            return value
+        tensor = torch.tensor(value, dtype=torch.int64)
         self._all_reduce_attn_groups(tensor, torch.distributed.ReduceOp.MIN)
-        return bool(tensor.item())
+        return int(tensor.item())
+
+    def _all_ranks_done(self, done: list[bool]) -> list[bool]:
+        """Ranks see their workers finish at different steps; a reload is published on all
+        of them at the same step (one MIN all-reduce per step, as HiCache's own progress
+        check; nothing on one rank)."""
+        if self.tp_world_size <= 1 or not done:
+            return done
+        tensor = torch.tensor(done, dtype=torch.int64)
+        self._all_reduce_attn_groups(tensor, torch.distributed.ReduceOp.MIN)
+        return [bool(v) for v in tensor.tolist()]
 
     # ------------------------------------------------------------------ ready: publish the landed pages
     @staticmethod
     def _job_reason(job: ReloadJob) -> str:
         return f"store_{job.reason}" if job.reason not in ("stopped", "peer_rank", "worker_error") else job.reason
 
-    def _publish(self, request: CacheRequestHandle, pending: _PendingReload) -> None:
-        """The request leaves the queue: the plan's DRAM part goes host -> device (HiCache's
-        load-back), the landed SSD pages join the tree as device nodes after it, and the
+    def _publish(self, pending: _PendingReload) -> None:
+        """The reload has ended: the landed SSD pages join the tree as device nodes after
+        the plan's DRAM part (loaded back by HiCache at submission), and the
         request is admitted with all of it as a device hit. Its slots past the landed pages
         go back to the pool. (Reporting them as a host hit instead would make the scheduler
         budget fresh slots for pages that already have theirs.)"""
-        job = pending.job
+        request, job = pending.request, pending.job
         if job.pages == 0:
             self._release(pending, self._job_reason(job))
             return
-        host_loaded = 0
-        if pending.host_tokens:
-            if not self.load_back(pending.anchor) or self.tree_core.is_full_device_evicted(pending.anchor):
-                self._release(pending, "host_load")
-                return
-            host_loaded = pending.host_tokens
+        host_loaded = pending.host_tokens  # loaded back when the job was submitted
         ssd_tokens = job.pages * self.page_size
         published, unused = job.slots[:ssd_tokens], job.slots[ssd_tokens:]
         hashes = pending.page_hashes[: job.pages]
@@ -495,9 +542,9 @@ class SariaRadixCache(UnifiedRadixCache):
         self._unlock(pending)
 
     def _unlock(self, pending: _PendingReload) -> None:
-        path_lock, host_lock = pending.locks
-        self.dec_lock_ref(pending.anchor, path_lock)
-        self.dec_host_lock_ref(pending.anchor, host_lock)
+        if pending.path_lock is not None:
+            self.dec_lock_ref(pending.anchor, pending.path_lock)
+        self.dec_host_lock_ref(pending.anchor, pending.host_lock)
 
     def _insert_tail(self, rid: str, hit: _PendingReload, slots: torch.Tensor) -> NodeId:
         """Publish the SSD pages as device nodes under the anchor; promote the chosen leading share."""
@@ -557,13 +604,14 @@ class SariaRadixCache(UnifiedRadixCache):
     def check_hicache_events(self) -> None:
         if self._kv_audit_pending:
             self._install_kv_audit()
-        if self._direct_enabled():
-            self._reap_abandoned()
-            self._start_deferred()
         # The requests admitted with a reload hold their own path locks by now.
         locks, self._reload_locks = self._reload_locks, []
         for node_id, lock_params in locks:
             self.dec_lock_ref(node_id, lock_params)
+        if self._direct_enabled():
+            self._reap_abandoned()
+            self._advance_reloads()
+            self._start_deferred()
         super().check_hicache_events()
         if len(self.ongoing_backup) != self._writes_in_flight:
             self._writes_in_flight = len(self.ongoing_backup)

@@ -69,7 +69,7 @@ INFLIGHT_CAP = PREFIX_PAGES * PAGE
 C_PROMPT = _prompt(PREFIX_C)
 S_PROMPT = [(7 * j) % 900 + 50 for j in range(40)]  # cold: never stored
 D_PROMPT = [(11 * j) % 900 + 60 for j in range(24)]  # cold, short
-S_TOKENS = 400
+S_TOKENS = 1000  # outlasts C's 3-s reload even at 160 tokens/s (a quiet machine)
 # S's largest inter-token gap while C reloads. A scheduler blocked by the reload shows the
 # whole 3-s read (the synchronous code, measured: 3.17 s). With the reload off the
 # scheduler thread: 0.15-0.17 s on a quiet 2-core machine, 0.59 s with two other server
@@ -128,7 +128,7 @@ def store(start_server, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def server(start_server, store):
     """The restarted server: every store read takes READ_DELAY_S longer. A 2048-token device
-    pool, so S (which reserves its 400 new tokens) leaves room for C and D."""
+    pool, so S (which reserves its 1000 new tokens) leaves room for C and D."""
     extra = {**_extra(store), "transfer": {"max_inflight_reload_tokens": INFLIGHT_CAP}}
     args = saria_hicache_args(extra) + [
         "--hicache-storage-prefetch-policy", "wait_complete", "--max-total-tokens", "2048",
