@@ -12,6 +12,7 @@ write-budget controller in ``budget.py``, which registers itself).
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING
@@ -54,6 +55,12 @@ class AdmissionPolicy(ABC):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         """Pure: no side effects, safe to call speculatively."""
 
+    def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
+        """Pure: ``(R, E)`` such that ``should_admit(E', R', event)`` implies ``R' >= R or E' >= E``
+        (a necessary condition; inf: never). Lets the core skip hopeless nodes without a call each;
+        ``(0, 0)`` (no bound) is always correct."""
+        return 0, 0
+
     def on_clock(self, now: float) -> None:
         """The core's clock at each request call; only time-driven policies (budget) use it."""
 
@@ -81,6 +88,9 @@ class NoAdmission(AdmissionPolicy):
 
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         return False
+
+    def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
+        return math.inf, math.inf
 
     @property
     def writes_ssd(self) -> bool:
@@ -121,6 +131,13 @@ class ThresholdAdmission(AdmissionPolicy):
         if event is _PREWRITE:
             E += 1
         return E >= theta_E
+
+    def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
+        theta_R, theta_E = self.theta_R, self.theta_E
+        r_min = math.inf if theta_R is None else theta_R
+        if theta_E is None or event is _INSERT or event is _REUSE:
+            return r_min, math.inf
+        return r_min, theta_E - 1 if event is _PREWRITE else theta_E
 
 
 def parse_policy_name(name: str) -> tuple[str, int | None, int | None]:

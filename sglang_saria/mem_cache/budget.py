@@ -72,6 +72,9 @@ class WriteBudgetController(ThresholdAdmission):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         return self.level > 0 and super().should_admit(E, R, event)
 
+    def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
+        return super().thresholds(event) if self.level > 0 else (math.inf, math.inf)
+
     def affords(self, extra_bytes: int) -> bool:
         """A node's unwritten prefix must fit in the earned bytes; only the node itself may overdraw."""
         return self.level - extra_bytes > 0

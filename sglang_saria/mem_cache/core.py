@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import compress, islice
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
@@ -137,9 +137,9 @@ class SariaCore:
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
-            src_rev = plan.sources[::-1]
-            dram.access_many([k for k, src in zip(hit, src_rev) if src == DRAM])
-            ssd_hits = [k for k, src in zip(hit, src_rev) if src == SSD]
+            src_rev = plan.sources[::-1]  # DRAM or SSD per block: C loops select each source's blocks
+            dram.access_many(compress(hit, map(DRAM.__and__, src_rev)))
+            ssd_hits = list(compress(hit, map(SSD.__and__, src_rev)))
             ssd.read_many(ssd_hits, self.block_bytes)
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
@@ -400,9 +400,16 @@ class SariaCore:
             self.stats.promoted_blocks += 1
 
     def _prewrite_scan(self, acts: Actions) -> None:
-        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction."""
+        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction.
+
+        Most LRU-end nodes are below the policy's thresholds at every scan, so those are left out
+        first. Such a node stays out of reach for the whole scan (its ``E`` and ``R`` do not
+        change, writes only lower a budget): ``_admit`` would refuse it anyway.
+        """
         nodes = self.metadata.nodes
-        due = [k for k in islice(self.dram.victims(), self._prewrite_depth) if not nodes[k].fa_loc & SSD]
+        r_min, e_min = self.admission.thresholds(_PREWRITE)  # E bounds the robust rule's E - e_spent too
+        due = [k for k in islice(self.dram.victims(), self._prewrite_depth)
+               if not (node := nodes[k]).fa_loc & SSD and (node.R >= r_min or node.E >= e_min)]
         for k in due:  # asked one by one: a write budget may run out mid-scan, a closure may cover later ones
             node = nodes[k]
             if not node.fa_loc & SSD:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 class EvictionPolicy(ABC):
@@ -21,7 +21,7 @@ class EvictionPolicy(ABC):
     def access(self, key: int) -> None:
         """A resident key was read or re-used."""
 
-    def access_many(self, keys: list[int]) -> None:
+    def access_many(self, keys: Iterable[int]) -> None:
         """Batch of ``access`` in order (the per-request hot path)."""
         for k in keys:
             self.access(k)
@@ -53,7 +53,7 @@ class LRUEviction(EvictionPolicy):
     def access(self, key: int) -> None:
         self._order.move_to_end(key)
 
-    def access_many(self, keys: list[int]) -> None:
+    def access_many(self, keys: Iterable[int]) -> None:
         deque(map(self._order.move_to_end, keys), 0)  # the loop runs in C: this is the per-request hot path
 
     def remove(self, key: int) -> None:
@@ -74,7 +74,7 @@ class FIFOEviction(LRUEviction):
     def access(self, key: int) -> None:
         return None
 
-    def access_many(self, keys: list[int]) -> None:
+    def access_many(self, keys: Iterable[int]) -> None:
         return None
 
 

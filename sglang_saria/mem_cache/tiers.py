@@ -7,7 +7,7 @@ driver and the SGLang adapter's bookkeeping of its real pools.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from sglang_saria.mem_cache.eviction import EvictionPolicy, LRUEviction
 
@@ -92,13 +92,12 @@ class Tier:
     def access(self, key: int) -> None:
         self.eviction.access(key)
 
-    def access_many(self, keys: list[int]) -> None:
+    def access_many(self, keys: Iterable[int]) -> None:
         self.eviction.access_many(keys)
 
     def access_resident(self, keys: list[int]) -> None:
         """``access_many`` for those of ``keys`` resident here, in order."""
-        entries = self._entries
-        self.eviction.access_many([k for k in keys if k in entries])
+        self.eviction.access_many(filter(self._entries.__contains__, keys))  # a C loop: per reused block
 
     def victim(self) -> int:
         return self.eviction.victim()

@@ -108,7 +108,12 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], in
             prev = keys
     if not tails:
         return [[] for _ in sessions], 0
-    distinct, tail_ids = np.unique(np.concatenate(tails), return_inverse=True)
+    distinct, first, sorted_ids = np.unique(np.concatenate(tails), return_index=True, return_inverse=True)
+    # numbered in order of first appearance: a request's keys are then mostly consecutive numbers, so the
+    # core's dict slots, key objects and nodes it touches per request lie close together in memory
+    rank = np.empty(len(distinct), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+    tail_ids = rank[sorted_ids]
     out: list[list[np.ndarray]] = []
     pos = i = 0
     for s in sessions:

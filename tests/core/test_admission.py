@@ -31,6 +31,27 @@ def test_should_admit_is_a_pure_predicate_over_counters():
     assert p.admitted == {e.value: 0 for e in AdmissionEvent}  # predicate never counts
 
 
+@pytest.mark.parametrize("name", ["none", "full-duplicate", "eviction:E1", "eviction:E3", "reuse:R2", "combined:E2R8", "budget:1"])
+def test_thresholds_are_a_necessary_condition_of_should_admit(name):
+    p = make_admission_policy(name, ssd_capacity_bytes=2**40)
+    if name == "budget:1":
+        p.on_clock(0.0)
+        p.on_clock(3600.0)  # some earned budget: the thresholds of the controller's current theta
+    for event in AdmissionEvent:
+        r_min, e_min = p.thresholds(event)
+        for E in range(16):
+            for R in range(16):
+                if p.should_admit(E, R, event):
+                    assert R >= r_min or E >= e_min, (event, E, R)
+
+
+def test_thresholds_bound_prewrite_at_E_minus_1_and_an_empty_budget_bounds_every_node_out():
+    inf = float("inf")
+    assert make_admission_policy("eviction:E3").thresholds(AdmissionEvent.PREWRITE) == (inf, 2)
+    assert make_admission_policy("combined:E2R8").thresholds(AdmissionEvent.INSERT) == (8, inf)
+    assert make_admission_policy("budget:1", ssd_capacity_bytes=2**40).thresholds(AdmissionEvent.PREWRITE) == (inf, inf)
+
+
 def _evict_once_then_return(core):
     """Block 1: computed, evicted (E=1), recomputed; other sessions fill DRAM."""
     run_request(core, [1], 0.0)

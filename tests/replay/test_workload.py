@@ -82,7 +82,10 @@ def test_dense_keys_of_requests_extending_their_predecessor_equal_a_full_renumbe
     reqs = [base[:2], base[:3], np.array([5, 77, 9], dtype=np.uint64), base]  # extend, diverge, come back
     sessions = [TraceSession("s", [TraceRequest(0.0, 0.0, 512 * len(k), 1, k) for k in reqs])]
     keys, n = dense_keys(sessions)
-    distinct = np.unique(np.concatenate(reqs))
-    assert n == len(distinct)
+    number: dict[int, int] = {}  # the full renumbering, in order of first appearance
+    for k in np.concatenate(reqs).tolist():
+        number.setdefault(k, len(number))
+    assert n == len(number)
     for got, k in zip(keys[0], reqs):
-        assert got.tolist() == np.searchsorted(distinct, k).tolist()
+        assert got.tolist() == [number[x] for x in k.tolist()]
+    assert keys[0][3].tolist() == [0, 1, 2, 4]  # numbered as first seen: a request's new blocks are consecutive
