@@ -19,8 +19,9 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
   tree as device nodes, unused slots go back. A failed read (I/O error, checksum, missing
   page) or an abort publishes nothing past the last good page, the rest is recomputed,
   and failed pages leave the store index;
-- promotion: the share of SSD pages the promotion controller picks (leading pages,
-  recency-protected host headroom) is copied device -> host by HiCache's write-through.
+- promotion: the share of SSD pages the promotion controller picks at publish (leading
+  pages, recency-protected host headroom) becomes a node of its own, copied device -> host
+  by HiCache's write-through once the request's prefill is done (`checkpoint`).
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
 adapter's (`sglang_adapter.py`, patch 005) and unchanged.
@@ -97,6 +98,8 @@ class SariaRadixCache(UnifiedRadixCache):
         self._abandoned: list[_PendingReload] = []  # released while their job still runs
         self._inflight_tokens = 0  # device slots held by reload jobs
         self._published: dict[str, int] = {}  # request id -> end of its reloaded prefix
+        # request id -> (node ending the promoted share, its tokens), copied after prefill
+        self._promotions: dict[str, tuple[NodeId, int]] = {}
         # Locks holding freshly reloaded tails until their request locks its own path.
         self._reload_locks: list[tuple[NodeId, Any]] = []
         self._reloader: Optional[DeviceReloader] = None
@@ -547,7 +550,8 @@ class SariaRadixCache(UnifiedRadixCache):
         self.dec_host_lock_ref(pending.anchor, pending.host_lock)
 
     def _insert_tail(self, rid: str, hit: _PendingReload, slots: torch.Tensor) -> NodeId:
-        """Publish the SSD pages as device nodes under the anchor; promote the chosen leading share."""
+        """Publish the SSD pages as device nodes under the anchor; the leading share chosen for
+        promotion ends at a node of its own, promoted after the request's prefill."""
         path = self.path_device_indices(hit.anchor).to(torch.int64)
         assert len(path) == hit.start, (rid, len(path), hit.start)
         promote = self._promotion_tokens(hit, len(slots) // self.page_size) if len(slots) else 0
@@ -568,7 +572,7 @@ class SariaRadixCache(UnifiedRadixCache):
             )
             node = result.last_device_node
             if end == hit.start + promote:
-                self._promote(node, promote)
+                self._promotions[rid] = (node, promote)
         return node
 
     def _promotion_tokens(self, hit: _PendingReload, pages: int) -> int:
@@ -595,8 +599,23 @@ class SariaRadixCache(UnifiedRadixCache):
                 free += len(hashes)
         return free
 
+    def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
+        """After the request's prefill (SGLang checkpoints what it computed): promote the
+        share of its SSD reload picked at publish (paper 4.4: the copy to host follows the
+        prefill, so it does not compete with the reload and the prefill it serves)."""
+        super().checkpoint(req, up_to=up_to, **kwargs)
+        promotion = self._promotions.pop(req.rid, None)
+        if promotion is not None:
+            self._promote(*promotion)
+
     def _promote(self, node_id: NodeId, tokens: int) -> None:
-        """Copy a reloaded node device -> host with HiCache's write-through (async D2H)."""
+        """Copy a reloaded node device -> host with HiCache's write-through (async D2H);
+        nothing if it left the device since (its request was not admitted in time)."""
+        try:
+            if self.tree_core.is_full_device_evicted(node_id):
+                return
+        except KeyError:  # the node left the tree
+            return
         if self._execute_and_commit_kv_backup(self.tree_core.build_backup_kv_action(node_id)):
             self._metrics.promoted(tokens)
 
@@ -662,6 +681,7 @@ class SariaRadixCache(UnifiedRadixCache):
 
     def release_aborted_request(self, request: CacheRequestHandle) -> None:
         self._published.pop(request.rid, None)
+        self._promotions.pop(request.rid, None)
         pending = self._reloads.pop(request.rid, None)
         if pending is not None:
             if request.rid in self._deferred:
@@ -680,6 +700,7 @@ class SariaRadixCache(UnifiedRadixCache):
                 pending.job.stop()
                 pending.job.wait()
         self._reloads, self._deferred, self._abandoned, self._published = {}, [], [], {}
+        self._promotions = {}
         self._held(-self._inflight_tokens)
         self._reload_locks = []
         super().reset()
