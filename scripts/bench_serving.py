@@ -17,6 +17,19 @@ greedy tokens with logprobs within `launcher.LOGPROB_TOLERANCE` and a clean KV a
 (`--device cuda`: kvikio GDS engine, compiled Triton gather), see scripts/gpu_check.sh.
 
     python scripts/bench_serving.py [--device cuda] [--admission full-duplicate eviction:E2] --check
+
+`--scenario concurrent` (issue 12): streaming decoders keep decoding while a stream of
+requests hits prefixes that only the SSD store holds (a restarted server on a store a first
+server wrote). Per reload path: the decoders' inter-token gaps while the hits arrive (p99,
+max) and the SSD-hit TTFT, with ratios to HiCache's staged prefetch measured in the same run.
+Paths: `direct` (the reload worker, off the scheduler thread), `staged` (HiCache's prefetch
+into host memory), `blocking` (the direct reload with the scheduler thread waiting for
+the reads, as before issue 12: `SARIA_BENCH_BLOCKING_RELOAD=1`, benchmark-only). On CPU the
+tiny model's pages read in microseconds, so `--read-delay-s` (the store's test-only
+`SARIA_TEST_READ_DELAY_S`, default 0.1 s per object read on CPU, 0 on GPU) stands for a
+slow drive.
+
+    python scripts/bench_serving.py --scenario concurrent [--device cuda]
 """
 
 from __future__ import annotations
@@ -47,7 +60,9 @@ from sglang_saria.launcher import (  # noqa: E402
     saria_hicache_args,
     saria_metrics,
 )
+from sglang_saria.mem_cache.sglang_radix_cache import BLOCKING_RELOAD_ENV  # noqa: E402
 from sglang_saria.replay.agent_prompts import agent_requests  # noqa: E402
+from sglang_saria.storage.store import TEST_READ_DELAY_ENV  # noqa: E402
 
 POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfloat16"]
 GPU_FLAGS = ["--skip-tokenizer-init", "--mem-fraction-static", "0.2"]
@@ -122,6 +137,115 @@ def print_table(runs: list[Run], cold: Run) -> None:
         )
 
 
+@dataclass
+class ConcurrentRun:
+    name: str
+    decode_gaps_s: list[float]  # inter-token gaps of the decoders while SSD hits arrive
+    hit_ttft_s: list[float]
+    storage_tokens: int  # reported by SGLang for the SSD-hit requests
+    decoders_outlasted: bool  # every decoder still decoding when the last hit was served
+
+
+def _prefix(seed: int, pages: int) -> list[int]:
+    return [(seed * 97 + 13 * j) % 1000 + 5 for j in range(pages * 16)]
+
+
+def percentile(xs: list[float], q: float) -> float:
+    return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) > 1 else (xs or [float("nan")])[0]
+
+
+def serve_concurrent(
+    name: str, model: Path, flags: list[str], env: dict[str, str], hits: list[list[int]], args: argparse.Namespace,
+    seed: int, log_dir: Path,
+) -> ConcurrentRun:
+    """Decoders stream ``args.decode_tokens`` tokens each; once all decode, one SSD-hit
+    request every ``args.hit_interval_s``; gaps counted from the first hit sent to the
+    last hit's first token."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Event
+
+    decoders = [[(seed * 31 + 7 * j + 101 * d) % 900 + 50 for j in range(32)] for d in range(args.decoders)]
+    config = ServerConfig(model, args=flags, cpu=args.device == "cpu", log_path=log_dir / f"{name}.log", env=env)
+    with SGLangServer(config) as server, ThreadPoolExecutor(len(decoders) + len(hits)) as pool:
+        started = [Event() for _ in decoders]
+        streams = [
+            pool.submit(server.generate_stream, p, args.decode_tokens, 0, True, None, ev)
+            for p, ev in zip(decoders, started)
+        ]
+        for ev in started:
+            ev.wait(300)
+        sent = []
+        for prompt in hits:
+            sent.append(pool.submit(server.generate_stream, prompt, 1, 0))
+            time.sleep(args.hit_interval_s)
+        hit_runs = [f.result() for f in sent]
+        decode_runs = [f.result() for f in streams]
+    window = (hit_runs[0].sent, max(r.first_token_at for r in hit_runs))
+    gaps = [
+        b - a
+        for run in decode_runs
+        for a, b in zip(run.chunk_times, run.chunk_times[1:])
+        if window[0] <= b and a <= window[1]
+    ]
+    return ConcurrentRun(
+        name,
+        gaps,
+        [r.first_token_at - r.sent for r in hit_runs],
+        sum(cached_tokens(r.result)["storage"] for r in hit_runs),
+        all(run.chunk_times[-1] > window[1] for run in decode_runs),
+    )
+
+
+def concurrent_scenario(model: Path, args: argparse.Namespace, log_dir: Path) -> int:
+    """Write the hit prefixes with one server, then per reload path a restarted server on
+    that store serves decoders plus the SSD-hit stream."""
+    delay = args.read_delay_s if args.read_delay_s is not None else (0.1 if args.device == "cpu" else 0.0)
+    flags = ["--page-size", "16", "--max-total-tokens", "8192", "--dtype", "bfloat16"]
+    flags += (GPU_FLAGS if args.device == "cuda" else []) + ["--hicache-storage-prefetch-policy", "wait_complete"]
+    paths = {"staged": ({"direct_reload": False}, {}), "direct": ({}, {}), "blocking": ({}, {BLOCKING_RELOAD_ENV: "1"})}
+    with tempfile.TemporaryDirectory(prefix="saria-bench-store-") as data_dir:
+        extra = {"data_dirs": [data_dir], "admission": "full-duplicate", "capacity": "256MiB"}
+        hits = [_prefix(seed, args.hit_pages) + [3, 4, 5] for seed in range(1, args.hits + 1)]
+        writer = ServerConfig(
+            model, args=flags + saria_hicache_args(extra), cpu=args.device == "cpu", log_path=log_dir / "writer.log"
+        )
+        with SGLangServer(writer) as server:
+            for prompt in tqdm(hits, desc="writing the hit prefixes", leave=False):
+                server.generate(prompt[:-3], max_new_tokens=1)
+            server.wait_storage_writes()
+        runs = []
+        for i, (path, (transfer, env)) in enumerate(tqdm(paths.items(), desc="reload paths", leave=False)):
+            server_flags = flags + saria_hicache_args({**extra, "transfer": transfer})
+            server_env = {TEST_READ_DELAY_ENV: str(delay), **env}
+            runs.append(serve_concurrent(path, model, server_flags, server_env, hits, args, i, log_dir))
+    print(
+        f"{args.decoders} decoders x {args.decode_tokens} tokens; {args.hits} SSD hits of {args.hit_pages} pages, "
+        f"one every {args.hit_interval_s} s; store reads delayed {delay} s each"
+    )
+    base = {r.name: r for r in runs}["staged"]
+    head = (
+        f"{'reload path':<12}{'gap p99 ms':>12}{'x staged':>10}{'gap max ms':>12}{'hit TTFT p50 ms':>17}"
+        f"{'x staged':>10}{'hit TTFT max ms':>17}{'SSD tokens':>12}"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in runs:
+        p99, ttft = percentile(r.decode_gaps_s, 99), statistics.median(r.hit_ttft_s)
+        print(
+            f"{r.name:<12}{p99 * 1e3:>12.1f}{p99 / percentile(base.decode_gaps_s, 99):>10.2f}"
+            f"{max(r.decode_gaps_s, default=float('nan')) * 1e3:>12.1f}{ttft * 1e3:>17.1f}"
+            f"{ttft / statistics.median(base.hit_ttft_s):>10.2f}{max(r.hit_ttft_s) * 1e3:>17.1f}{r.storage_tokens:>12}"
+        )
+    short = [r.name for r in runs if not r.decoders_outlasted]
+    if short:
+        print(f"note: decoders ended before the last hit in {short}: raise --decode-tokens for a full window")
+    missing = [r.name for r in runs if r.storage_tokens == 0]
+    if missing:
+        print(f"FAIL: no SSD hit was served from storage in {missing}")
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -135,9 +259,22 @@ def main() -> int:
         help="audited servers: fail unless tokens and logprobs match the cold server's and the KV audit is clean",
     )
     ap.add_argument("--log-dir", type=Path, default=None, help="server logs (default: a temp dir)")
+    ap.add_argument("--scenario", choices=["sessions", "concurrent"], default="sessions")
+    concurrent = ap.add_argument_group("--scenario concurrent")
+    concurrent.add_argument("--decoders", type=int, default=4)
+    concurrent.add_argument("--decode-tokens", type=int, default=600)
+    concurrent.add_argument("--hits", type=int, default=6)
+    concurrent.add_argument("--hit-pages", type=int, default=32, help="pages of each SSD-hit prefix (16 tokens each)")
+    concurrent.add_argument("--hit-interval-s", type=float, default=0.5)
+    concurrent.add_argument("--read-delay-s", type=float, default=None, help="seconds per store read (CPU default 0.1)")
     args = ap.parse_args()
 
     model = args.model or build(FULL_ATTENTION, REPO / "models")
+    if args.scenario == "concurrent":
+        log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="saria-bench-concurrent-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        print(f"concurrent scenario, device={args.device}, logs in {log_dir}")
+        return concurrent_scenario(model, args, log_dir)
     prompts = agent_requests(args.requests_per_session, weka=args.weka)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="saria-bench-serving-"))
     log_dir.mkdir(parents=True, exist_ok=True)

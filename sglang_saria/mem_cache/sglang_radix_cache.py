@@ -68,6 +68,10 @@ from sglang_saria.storage.device_reload import DeviceReloader, UnsupportedPoolLa
 
 logger = logging.getLogger(__name__)
 
+# Benchmark-only: the scheduler thread waits for each reload's reads, as the synchronous
+# reload did before issue 12 (scripts/bench_serving.py --scenario concurrent compares them).
+BLOCKING_RELOAD_ENV = "SARIA_BENCH_BLOCKING_RELOAD"
+
 
 @dataclass
 class _PendingReload:
@@ -109,6 +113,7 @@ class SariaRadixCache(UnifiedRadixCache):
         self._promotion: Optional[PromotionController] = None
         self._metrics = SariaServingMetrics.get()
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
+        self._blocking = os.environ.get(BLOCKING_RELOAD_ENV, "0") == "1"
         self._audited_state: tuple = ()
         # Installed once the storage backend is attached (after this constructor).
         self._kv_audit: Optional[KVAudit] = None
@@ -148,6 +153,8 @@ class SariaRadixCache(UnifiedRadixCache):
         self._promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self._worker = ReloadWorker(self._reloader, self._pacer, self._worker_agreement(), self._drop_pages)
         self._direct = True
+        if self._blocking:
+            logger.warning("saria: %s=1: the scheduler waits for every reload (benchmark-only)", BLOCKING_RELOAD_ENV)
         logger.info(
             "saria: direct SSD -> device reload on, off the scheduler thread (transfer.mode=%s, "
             "max_inflight_reload_tokens=%d, prefetch policy %s, promotion=%s r_eff=%.2f)",
@@ -354,6 +361,8 @@ class SariaRadixCache(UnifiedRadixCache):
                 ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token)
             )
             self._held(tokens)
+            if self._blocking:
+                pending.job.wait()  # the pre-issue-12 stall, for scripts/bench_serving.py only
 
     def _claim_device(self, pending: _PendingReload, tokens: int) -> Optional[torch.Tensor]:
         """Device memory for a reload: the host-only part of the anchor's path loaded back
