@@ -29,4 +29,5 @@ gpu_tests() {  # a skip on a GPU host is a failure
 run "GPU kit (store, gather, digest, reload)" env PYTHON="$PY" bash scripts/gpu_kit.sh
 run "pytest -m gpu" gpu_tests
 run "serving: TTFT per policy, logprobs equal cold" timeout 900 "$PY" scripts/bench_serving.py --device cuda --check
+run "serving: decoders beside SSD hits, per reload path" timeout 900 "$PY" scripts/bench_serving.py --device cuda --scenario concurrent
 exit $status
