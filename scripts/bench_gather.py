@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
 from sglang_saria.gpukit.workloads import ModelShape, build_workload, per_group, row_loop, same_bits, snapshot  # noqa: E402
-from sglang_saria.hybrid.gather import (  # noqa: E402
+from sglang_saria.kernels.gather import (  # noqa: E402
     GatherPlan,
     gather_mixed,
     gather_mixed_reference,

@@ -8,7 +8,7 @@ device KV pool shaped like SGLang's MHATokenToKVPool (per-layer K/V buffers):
   the host -> device copy (the reloader's host-pool gather: pinned memory over UVA on CUDA,
   as SGLang's transfer kernels read it; row copies on CPU);
 - `direct` (Saria): store -> staging buffer on the pool's device -> one gather per chunk
-  into the pool slots (`storage/device_reload.py`), no host pool involved;
+  into the pool slots (`hicache/device_reload.py`), no host pool involved;
 - `direct+dram`: a plan with half its pages in the host pool and half on SSD, moved in the
   same gathers (vs `staged`, which copies the host half and stages the SSD half).
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
 from sglang_saria.gpukit.workloads import PAGE, Pools, staged  # noqa: E402
 from sglang_saria.storage.config import StoreConfig  # noqa: E402
-from sglang_saria.storage.device_reload import DeviceReloader  # noqa: E402
+from sglang_saria.hicache.device_reload import DeviceReloader  # noqa: E402
 from sglang_saria.storage.store import SariaStore  # noqa: E402
 
 

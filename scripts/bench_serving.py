@@ -60,7 +60,7 @@ from sglang_saria.launcher import (  # noqa: E402
     saria_hicache_args,
     saria_metrics,
 )
-from sglang_saria.mem_cache.sglang_radix_cache import BLOCKING_RELOAD_ENV  # noqa: E402
+from sglang_saria.hicache.radix_cache import BLOCKING_RELOAD_ENV  # noqa: E402
 from sglang_saria.replay.agent_prompts import agent_requests  # noqa: E402
 from sglang_saria.storage.store import TEST_READ_DELAY_ENV  # noqa: E402
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_saria.hybrid.gather import RowMoves
-from sglang_saria.storage.device_reload import DeviceReloader
+from sglang_saria.kernels.gather import RowMoves
+from sglang_saria.hicache.device_reload import DeviceReloader
 from sglang_saria.storage.store import SariaStore
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_saria.mem_cache.kv_audit import (
+from sglang_saria.hicache.kv_audit import (
     DEVICE_TO_HOST,
     HOST_TO_DEVICE,
     HOST_TO_SSD,
@@ -16,8 +16,8 @@ from sglang_saria.mem_cache.kv_audit import (
     KVAudit,
     PoolRows,
 )
-from sglang_saria.storage.device_reload import DeviceReloader
-from sglang_saria.storage.hicache_backend import SariaStorage
+from sglang_saria.hicache.device_reload import DeviceReloader
+from sglang_saria.hicache.backend import SariaStorage
 from tests.storage.sglang_pools import PAGE, fill_random, mamba_host_pool, mha_pools, pages, storage_config
 
 # Host layouts HiCache copies on CPU (its direct io backend); page_first is the GPU kernel

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 
 
 @dataclass
@@ -112,7 +112,7 @@ def test_extra_config_errors_name_the_key_and_value():
     import pytest
 
     from sglang_saria.config import ConfigError
-    from sglang_saria.storage.hicache_backend import policy_config_from_extra
+    from sglang_saria.hicache.backend import policy_config_from_extra
 
     assert policy_config_from_extra({"admission": "eviction:E3"}).admission.policy == "eviction:E3"
     with pytest.raises(ConfigError, match="E0"):

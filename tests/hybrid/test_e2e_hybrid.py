@@ -22,7 +22,7 @@ from sglang_saria.launcher import (
     saria_hicache_args,
     saria_metrics,
 )
-from sglang_saria.storage.hicache_backend import SariaStorage
+from sglang_saria.hicache.backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
 from tests.kept_store import KeptStore
 

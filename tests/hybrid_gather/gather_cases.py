@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sglang_saria.hybrid.gather import GatherPlan, RowMoves
+from sglang_saria.kernels.gather import GatherPlan, RowMoves
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -16,7 +16,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 import torch  # noqa: E402
 from tests.hybrid_gather.gather_cases import ReloadCase, bit_exact, make_reload_case  # noqa: E402
 
-from sglang_saria.hybrid.gather import (  # noqa: E402
+from sglang_saria.kernels.gather import (  # noqa: E402
     GatherPlan,
     RowMoves,
     gather_mixed,

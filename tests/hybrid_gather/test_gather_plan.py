@@ -6,7 +6,7 @@ import pytest
 import torch
 from tests.hybrid_gather.gather_cases import ReloadCase, bit_exact, make_reload_case
 
-from sglang_saria.hybrid.gather import (
+from sglang_saria.kernels.gather import (
     NBYTES,
     GatherPlan,
     RowMoves,

@@ -13,7 +13,7 @@ import pytest
 import torch
 from tests.hybrid_gather.gather_cases import bit_exact, make_reload_case
 
-from sglang_saria.hybrid.gather import GatherPlan, gather_mixed, gather_mixed_reference
+from sglang_saria.kernels.gather import GatherPlan, gather_mixed, gather_mixed_reference
 
 HERE = Path(__file__).resolve().parent
 DTYPE_LABELS = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -1,4 +1,4 @@
-"""Direct SSD -> device-pool reload (storage/device_reload.py): real store files, pages in
+"""Direct SSD -> device-pool reload (hicache/device_reload.py): real store files, pages in
 SGLang's host-pool byte order, scattered into a device pool's per-layer K/V buffers by the
 gather. On CPU: POSIX reads and the gather's torch path; on CUDA (scripts/gpu_check.sh):
 kvikio reads into a CUDA staging buffer and the compiled Triton kernel."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_saria.storage.device_reload import DeviceReloader, PageGeometry, UnsupportedPoolLayout
+from sglang_saria.hicache.device_reload import DeviceReloader, PageGeometry, UnsupportedPoolLayout
 
 LAYERS, PAGE, HEADS, DIM = 3, 4, 2, 8
 DEVICES = [

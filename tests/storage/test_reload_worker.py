@@ -1,4 +1,4 @@
-"""The reload worker (mem_cache/reload_worker.py): SSD -> device reloads run on its thread,
+"""The reload worker (hicache/reload_worker.py): SSD -> device reloads run on its thread,
 paced there, settle a leading run agreed by all ranks, and drop pages whose read failed."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import torch
 
 from sglang_saria.config import BandwidthConfig
 from sglang_saria.mem_cache.coordinator import RealTimePacer
-from sglang_saria.mem_cache.reload_worker import ReloadJob, ReloadWorker
-from sglang_saria.storage.device_reload import DeviceReloader
+from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
+from sglang_saria.hicache.device_reload import DeviceReloader
 from sglang_saria.storage.store import GetStatus
 from tests.storage.test_device_reload import DIM, HEADS, LAYERS, PAGE, DevicePool, page_bytes, stored_page
 

@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
     PoolTransfer,
 )
 
-from sglang_saria.storage.hicache_backend import SariaStorage  # noqa: E402
+from sglang_saria.hicache.backend import SariaStorage  # noqa: E402
 
 
 def page_bytes(pool, index: int) -> torch.Tensor:

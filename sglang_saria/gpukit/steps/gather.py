@@ -15,7 +15,7 @@ import torch
 from sglang_saria.gpukit.steps.common import StepContext, check, require_cuda
 from sglang_saria.gpukit.timing import gbps, median_seconds, sig
 from sglang_saria.gpukit.workloads import ModelShape, Workload, build_workload, same_bits, snapshot
-from sglang_saria.hybrid.gather import GatherPlan, gather_mixed
+from sglang_saria.kernels.gather import GatherPlan, gather_mixed
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 TINY = ModelShape(fa_layers=2, kv_heads=1, head_dim=8, gdn_layers=2, conv_dim=16, conv_width=2, value_heads=1, state_dim=4, page_size=4)

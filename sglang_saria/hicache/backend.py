@@ -30,11 +30,11 @@ from sglang.srt.mem_cache.hicache_storage import (
 )
 
 from sglang_saria.config import ConfigError, SariaConfig
-from sglang_saria.mem_cache.kv_audit import KVAudit
-from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
-from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
+from sglang_saria.hicache.kv_audit import KVAudit
+from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.storage.config import StoreConfig
-from sglang_saria.storage.host_pages import HostPageView
+from sglang_saria.hicache.host_pages import HostPageView
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,12 @@ def check_extra_config(raw: Optional[str]) -> None:
     configs_from_extra(HybridCacheController.parse_storage_backend_extra_config(raw)[0])
 
 
+def policy_of(storage_backend: Any) -> Optional[SariaHiCachePolicy]:
+    """The admission policy of a saria backend; None for any other backend (or none):
+    HiCache then writes every host page through, as without saria."""
+    return storage_backend.policy if isinstance(storage_backend, SariaStorage) else None
+
+
 class SariaStorage(HiCacheStorage):
     def __init__(
         self,
@@ -103,7 +109,7 @@ class SariaStorage(HiCacheStorage):
         mem_pool_host: Any = None,
     ) -> None:
         self.store_config, self.policy_config = configs_from_extra(storage_config.extra_config)
-        self.saria_policy: Optional[SariaHiCachePolicy] = None
+        self.policy: Optional[SariaHiCachePolicy] = None  # set once the host pool is registered
         # Set by the radix cache when SGLANG_SARIA_AUDIT_KV=1: checks every page this store moves.
         self.kv_audit: Optional[KVAudit] = None
         if storage_config.is_mla_model and storage_config.tp_size > 1:
@@ -155,7 +161,7 @@ class SariaStorage(HiCacheStorage):
             view = self._views[PoolName.KV.value]
             self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
         # The radix cache (patch 005) asks this policy instead of writing every host page through.
-        self.saria_policy = SariaHiCachePolicy(
+        self.policy = SariaHiCachePolicy(
             self.policy_config,
             int(mem_pool_host.page_size),
             self.exists,
@@ -294,7 +300,7 @@ class SariaStorage(HiCacheStorage):
     def read_page_async(self, key: str, dest: Any) -> Any:
         """Start reading KV page `key` into `dest` (any device); a Future of its GetStatus.
 
-        The direct reload path (`storage/device_reload.py`) reads this way into a staging
+        The direct reload path (`hicache/device_reload.py`) reads this way into a staging
         buffer on the device pool's device, bypassing the host pool.
         """
         return self._ensure_store().get_async(self.storage_key(key), dest)

@@ -3,7 +3,7 @@
 A reload plan has DRAM pages (in SGLang's host pool) and SSD pages (in the store). SSD
 pages are read into a staging buffer on the KV pool's own device (kvikio/GDS when the pool
 is on a GPU, POSIX reads on CPU); then ONE mixed-source gather
-(`sglang_saria.hybrid.gather`, the Triton kernel on GPU, reading pinned host memory over
+(`sglang_saria.kernels.gather`, the Triton kernel on GPU, reading pinned host memory over
 UVA) moves the staged rows and the plan's host-pool rows into the request's device slots.
 SSD pages never pass through the host pool, so an SSD hit costs no DRAM capacity and no
 second copy. The pages move in chunks; a pacer says how much of the DRAM part goes with
@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import torch
 
-from sglang_saria.hybrid.gather import RowMoves, gather_rows
+from sglang_saria.kernels.gather import RowMoves, gather_rows
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
   core's planner (`planner.plan_reload`) makes one plan of DRAM and SSD pages; device
   slots are allocated for the SSD pages (at most `transfer.max_inflight_reload_tokens`
   in flight) and a job goes to the reload worker (`reload_worker.py`): reads into a
-  staging buffer on the pool's device, gathers into the slots (`storage/device_reload.py`),
+  staging buffer on the pool's device, gathers into the slots (`hicache/device_reload.py`),
   paced by the coordinator, all off the scheduler thread;
 - waiting (`check_prefetch_progress`): the request stays in the waiting queue, as a
   prefetching one does, while every other request runs; HiCache's stop policies apply
@@ -24,7 +24,7 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
   by HiCache's write-through once the request's prefill is done (`checkpoint`).
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
-adapter's (`sglang_adapter.py`, patch 005) and unchanged.
+policy's (`policy.py`, patch 005) and unchanged.
 """
 
 from __future__ import annotations
@@ -52,19 +52,20 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
+from sglang_saria.hicache.backend import policy_of
+from sglang_saria.hicache.device_reload import DeviceReloader, UnsupportedPoolLayout
+from sglang_saria.hicache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
+from sglang_saria.hicache.kv_audit import KVAudit, install_transfer_audit, pool_rows_of
+from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
+from sglang_saria.hicache.metrics import SariaServingMetrics
+from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
+from sglang_saria.hicache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.coordinator import RealTimePacer
-from sglang_saria.mem_cache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
-from sglang_saria.mem_cache.kv_audit import KVAudit, install_transfer_audit, pool_rows_of
-from sglang_saria.mem_cache.kv_audit import audit_enabled as kv_audit_enabled
 from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
-from sglang_saria.mem_cache.sglang_adapter import page_key
-from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
-from sglang_saria.mem_cache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.tiers import DRAM, SSD
-from sglang_saria.mem_cache.reload_worker import ReloadJob, ReloadWorker
-from sglang_saria.storage.device_reload import DeviceReloader, UnsupportedPoolLayout
 
 logger = logging.getLogger(__name__)
 
@@ -124,12 +125,15 @@ class SariaRadixCache(UnifiedRadixCache):
     def _backend(self) -> Any:
         return getattr(self.cache_controller, "storage_backend", None)
 
+    def _policy(self) -> Optional[SariaHiCachePolicy]:
+        return policy_of(self._backend())
+
     def _direct_enabled(self) -> bool:
         """Direct reload runs with a saria backend, a FULL-only tree and a row-addressable pool."""
         if self._direct is not None:
             return self._direct
         backend = self._backend()
-        policy = getattr(backend, "saria_policy", None)
+        policy = policy_of(backend)
         self._direct = False
         if not getattr(self, "enable_storage", False) or policy is None or not policy.config.transfer.direct_reload:
             return False
@@ -271,7 +275,7 @@ class SariaRadixCache(UnifiedRadixCache):
             return None  # an unhashed anchor would seed the chain wrongly: no match possible
         key_tail = RadixKey(array("q", tokens[:tail]), extra_key=extra_key, cache_salt=cache_salt)
         hashes = get_storage_hash_str(key_tail, last_hash, page_size=page)
-        cap_pages = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens // page
+        cap_pages = self._policy().config.transfer.max_inflight_reload_tokens // page
         n_ssd = self._agree_min(min(self._backend().batch_exists(hashes), cap_pages))
         if n_ssd == 0:
             return None
@@ -327,7 +331,7 @@ class SariaRadixCache(UnifiedRadixCache):
             node = nodes[page_key(h)] = ContextNode(0.0, has_checkpoint=False)
             node.fa_loc = SSD
             keys.append(page_key(h))
-        planner = backend.saria_policy.config.transfer.planner
+        planner = self._policy().config.transfer.planner
         plan = plan_reload(keys, nodes, planner)
         if plan.sources[: len(host_hashes)].count(DRAM) != len(host_hashes):
             raise RuntimeError(f"saria: planner {planner!r} moved host-resident pages off DRAM: {plan}")
@@ -340,7 +344,7 @@ class SariaRadixCache(UnifiedRadixCache):
         part is loaded host -> device by HiCache, slots are allocated for the SSD pages.
         A reload the pool cannot take yet waits (running requests free memory) until its
         deadline, then its request recomputes."""
-        cap = self._backend().saria_policy.config.transfer.max_inflight_reload_tokens
+        cap = self._policy().config.transfer.max_inflight_reload_tokens
         while self._deferred:
             rid = self._deferred[0]
             pending = self._reloads[rid]
@@ -485,7 +489,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if self._kv_audit is not None:
             self._kv_audit.store_to_device(PoolName.KV.value, hashes, published)
         self._metrics.pages_read("device", job.pages)
-        self._backend().saria_policy.on_ssd_reload(hashes)
+        self._policy().on_ssd_reload(hashes)
         last_node = self._insert_tail(request.rid, pending, published)
         self._unlock(pending)
         # Held until the request locks its own path at admission (next step at the latest).
@@ -599,7 +603,7 @@ class SariaRadixCache(UnifiedRadixCache):
         """Free host pages plus evictable host leaves not reused within P_tau."""
         host_pool = self.cache_controller.mem_pool_host
         free = host_pool.available_size() // self.page_size
-        policy = self._backend().saria_policy
+        policy = self._policy()
         now = policy.clock()
         for leaf in self.tree_core.evictable_host_leaves:
             hashes = leaf.hash_value or []
@@ -644,7 +648,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if len(self.ongoing_backup) != self._writes_in_flight:
             self._writes_in_flight = len(self.ongoing_backup)
             self._metrics.storage_writes_in_flight(self._writes_in_flight)
-        if self._audit and getattr(self._backend(), "saria_policy", None) is not None:
+        if self._audit and self._policy() is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (
                 self.token_to_kv_pool_allocator.available_size(),
@@ -669,7 +673,7 @@ class SariaRadixCache(UnifiedRadixCache):
             getattr(self.token_to_kv_pool_allocator, "get_all_free_pages", lambda: None)(),
             getattr(host_pool, "slot_used", None),
             backend.exists,
-            backend.saria_policy.metadata,
+            self._policy().metadata,
             aux,
         )
         self._metrics.audited(audit.pages, len(audit.errors))

@@ -31,7 +31,7 @@ from typing import Any, Optional
 import torch
 
 from sglang_saria.mem_cache.coordinator import RealTimePacer
-from sglang_saria.storage.device_reload import DeviceReloader
+from sglang_saria.hicache.device_reload import DeviceReloader
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from typing import Any
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
 from sglang_saria.mem_cache.metadata import ContextMetadata
-from sglang_saria.mem_cache.sglang_metrics import SariaServingMetrics
+from sglang_saria.hicache.metrics import SariaServingMetrics
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""SGLang HiCache integration of Saria: storage backend, radix cache, admission hooks, reload worker, audits, metrics (README.md)."""
