@@ -26,7 +26,6 @@ is the tree's `host_value`, SSD is the store's index, so nothing can drift.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections import OrderedDict
@@ -36,6 +35,7 @@ from typing import Any
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
+from sglang_saria.hicache.host_leaf_order import eviction_head
 from sglang_saria.mem_cache.metadata import ContextMetadata
 from sglang_saria.hicache.metrics import SariaServingMetrics
 
@@ -151,7 +151,9 @@ class SariaHiCachePolicy:
         if not (cfg.prewrite and self.admission.uses_eviction_count and self.writes_ssd):
             return []
         chosen, pages = [], 0
-        for node in heapq.nsmallest(cfg.prewrite_depth_blocks, host_leaves, key=priority):
+        # The head of the eviction order only: an indexed tree (HostLeafOrder) reads it without
+        # visiting every host leaf, so a prewrite per write-through ack stays off O(leaves).
+        for node in eviction_head(host_leaves, priority, cfg.prewrite_depth_blocks):
             hashes = node.hash_value
             if pages >= cfg.prewrite_depth_blocks:
                 break

@@ -53,6 +53,7 @@ from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.hicache.backend import policy_of
+from sglang_saria.hicache.host_leaf_order import HostLeafOrder, displaceable_pages
 from sglang_saria.hicache.device_reload import DeviceReloader, UnsupportedPoolLayout
 from sglang_saria.hicache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
 from sglang_saria.hicache.kv_audit import KVAudit, install_transfer_audit, pool_rows_of
@@ -597,20 +598,27 @@ class SariaRadixCache(UnifiedRadixCache):
         want = ctrl.target_blocks(reused, in_dram, pages)
         if want == 0:
             return 0
-        return min(want, self._host_headroom_pages(ctrl)) * page
+        return min(want, self._host_headroom_pages(ctrl, want)) * page
 
-    def _host_headroom_pages(self, ctrl: PromotionController) -> int:
-        """Free host pages plus evictable host leaves not reused within P_tau."""
+    def _host_headroom_pages(self, ctrl: PromotionController, want: int) -> int:
+        """Free host pages plus the pages of the host leaves next in eviction order that are not
+        reused within P_tau, counted up to ``want`` (not a scan of every host leaf per reload)."""
         host_pool = self.cache_controller.mem_pool_host
         free = host_pool.available_size() // self.page_size
+        if free >= want:
+            return free
         policy = self._policy()
         now = policy.clock()
-        for leaf in self.tree_core.evictable_host_leaves:
+
+        def may_displace(leaf: Any) -> bool:
             hashes = leaf.hash_value or []
             info = policy.metadata.get(page_key(hashes[-1])) if hashes else None
-            if info is None or ctrl.evictable(now, info.t_reuse):
-                free += len(hashes)
-        return free
+            return info is None or ctrl.evictable(now, info.t_reuse)
+
+        tree = self.tree_core
+        return free + displaceable_pages(
+            tree.evictable_host_leaves, tree.eviction_strategy.get_priority, want - free, may_displace
+        )
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         """After the request's prefill (SGLang checkpoints what it computed): promote the
@@ -705,6 +713,7 @@ class SariaRadixCache(UnifiedRadixCache):
     def reset(self) -> None:
         if not hasattr(self, "_reloads"):  # the base constructor resets before ours runs
             super().reset()
+            HostLeafOrder.install(self.tree_core)  # prewrite and headroom read its eviction order
             return
         # flush_cache runs with no request queued: only released jobs may still run. Wait
         # for them (a chunk's reads) so no worker writes into the pool after the reset.
@@ -717,3 +726,4 @@ class SariaRadixCache(UnifiedRadixCache):
         self._held(-self._inflight_tokens)
         self._reload_locks = []
         super().reset()
+        HostLeafOrder.install(self.tree_core)  # the tree core's reset made a plain set again
