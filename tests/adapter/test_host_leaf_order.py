@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder, displaceable_pages, eviction_head
-from sglang_saria.mem_cache.sglang_adapter import SariaHiCachePolicy
+from sglang_saria.hicache.policy import SariaHiCachePolicy
 
 _clock = itertools.count(1)
 
