@@ -196,9 +196,10 @@ class SariaStorage(HiCacheStorage):
         return key, pool or PoolName.KV.value
 
     def add_evict_listener(self, listener: Callable[[List[Tuple[str, str]]], None]) -> None:
-        """Tell `listener` which (page hash, pool) objects the store evicted for space.
+        """Tell `listener` which (page hash, pool) objects left the store (evicted for space,
+        dropped by the caller or a failed checksum, lost with a data dir), from any thread.
 
-        The policy core uses this to keep its SSD location sets true.
+        The rank agreement uses this to keep the ranks' common SSD view true.
         """
         self._evict_listeners.append(listener)
 
@@ -306,6 +307,11 @@ class SariaStorage(HiCacheStorage):
         return self._ensure_store().get_async(self.storage_key(key), dest)
 
     # ---------------------------------------------------------------- existence
+    def kv_page_hashes(self) -> List[str]:
+        """Page hashes of the KV pages this store holds for this model and page format."""
+        suffix = self.storage_key("")
+        return [k[: -len(suffix)] for k in self._ensure_store().keys() if k.endswith(suffix) and "." not in k[: -len(suffix)]]
+
     def exists(self, key: str) -> bool:
         return self._ensure_store().exists(self.storage_key(key))
 

@@ -21,7 +21,9 @@ chains and lost-copy evidence are not applied here yet (the store evicts on its 
 
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
 that returns after eviction keeps its history. Locations are not copied here: DRAM
-is the tree's `host_value`, SSD is the store's index, so nothing can drift.
+is the tree's `host_value`, SSD is the store's index, so nothing can drift. With tensor
+parallelism, `on_ssd` and `clock` are the ranks' agreed SSD view and step clock
+(`rank_agreement.py`, wired by `SariaRadixCache`), so every rank decides the same.
 """
 
 from __future__ import annotations

@@ -24,7 +24,10 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
   by HiCache's write-through once the request's prefill is done (`checkpoint`).
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
-policy's (`policy.py`, patch 005) and unchanged.
+policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this
+class gives the policy rank-agreed inputs (`rank_agreement.py`: an SSD view and a
+step clock, agreed at each `check_hicache_events`) and times reload deadlines by that clock,
+so every decision that changes the tree is the same on every rank.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from sglang_saria.hicache.kv_audit import KVAudit, install_transfer_audit, pool_
 from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.rank_agreement import RankAgreement
 from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
 from sglang_saria.hicache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.coordinator import RealTimePacer
@@ -88,7 +92,7 @@ class _PendingReload:
     page_hashes: list[str]  # the SSD pages, in order
     plan: ReloadPlan
     host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
-    deadline: float  # monotonic; the `timeout` prefetch policy cuts the reload here
+    deadline: float  # step clock (`_now`); the `timeout` prefetch policy cuts the reload here
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
 
@@ -121,6 +125,10 @@ class SariaRadixCache(UnifiedRadixCache):
         self._kv_audit: Optional[KVAudit] = None
         self._kv_audit_pending = kv_audit_enabled()
         self._writes_in_flight = 0
+        # Multi-rank: the policy's SSD view and clock, agreed by all attention ranks.
+        self._agreement: Optional[RankAgreement] = None
+        self._agreed_policy: Any = None  # the policy the agreement was made for
+        self._connect_agreement()
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -171,14 +179,54 @@ class SariaRadixCache(UnifiedRadixCache):
         )
         return True
 
+    def _attention_groups(self) -> list[Any]:
+        """The process groups SGLang's own per-step agreement reduces over (none on one rank)."""
+        dist = torch.distributed
+        groups = [g for g in (self.attn_cp_group, self.attn_tp_group) if g is not None and dist.get_world_size(g) > 1]
+        if not groups and self.tp_world_size > 1:
+            groups = [self.tp_group]
+        return groups
+
+    def _connect_agreement(self) -> None:
+        """Give the storage backend's policy rank-agreed inputs (rank_agreement.py): its
+        decisions change the tree, which must stay the same on every rank. Runs where every
+        rank runs it (construction, each step's `check_hicache_events`); the agreement is made
+        once per policy (a backend attached at run time brings a new one). One rank: nothing."""
+        backend = self._backend()
+        policy = policy_of(backend)
+        if policy is self._agreed_policy:
+            return
+        self._agreed_policy, self._agreement = policy, None
+        groups = self._attention_groups()
+        if policy is None or not groups:
+            return
+        agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
+        backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
+        policy.on_ssd, policy.clock = agreement.on_ssd, agreement.clock
+        self._agreement = agreement
+        logger.info(
+            "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
+            "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
+        )
+
+    def _now(self) -> float:
+        """The clock of decisions that change the tree (reload deadlines): the agreed step clock
+        on several ranks, the monotonic clock on one."""
+        return self._agreement.clock() if self._agreement is not None else time.monotonic()
+
+    def write_backup_storage(self, node_id: NodeId) -> None:
+        # Every storage write the tree issues (the same on every rank) is pending in the
+        # agreed SSD view until every rank's store holds it.
+        if self._agreement is not None:
+            self._agreement.requested(self.tree_core.get_hash_values(node_id) or [])
+        super().write_backup_storage(node_id)
+
     def _worker_agreement(self) -> Callable[[int], int]:
         """MIN over the attention ranks, for the worker thread: on process groups of its own
         (a gloo group must not be used by two threads at once), created here, at the same
         point of every rank's scheduler. Identity on one rank."""
         dist = torch.distributed
-        groups = [g for g in (self.attn_cp_group, self.attn_tp_group) if g is not None and dist.get_world_size(g) > 1]
-        if not groups and self.tp_world_size > 1:
-            groups = [self.tp_group]
+        groups = self._attention_groups()
         if not groups:
             return lambda value: value
         own = [dist.new_group(dist.get_process_group_ranks(g), backend="gloo") for g in groups]
@@ -297,7 +345,7 @@ class SariaRadixCache(UnifiedRadixCache):
             # Only the host copy is locked here: a device lock would shrink the evictable
             # size under a prefill batch being built (this may run inside that loop).
             host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
-            deadline=time.monotonic() + timeout,
+            deadline=self._now() + timeout,
         )
 
     def _host_only_tokens(self, anchor: NodeId) -> int:
@@ -354,7 +402,7 @@ class SariaRadixCache(UnifiedRadixCache):
                 return
             slots = self._claim_device(pending, tokens)
             if slots is None:
-                if time.monotonic() <= pending.deadline:
+                if self._now() <= pending.deadline:
                     return
                 self._deferred.pop(0)
                 del self._reloads[rid]
@@ -427,7 +475,7 @@ class SariaRadixCache(UnifiedRadixCache):
         run of pages), then publish every reload that all ranks have finished, its DRAM
         part included (HiCache's load acked)."""
         policy = self.prefetch_stop_policy
-        now = time.monotonic()
+        now = self._now()
         running = []
         for rid, pending in list(self._reloads.items()):
             cut = policy == "best_effort" or (policy == "timeout" and now > pending.deadline)
@@ -644,6 +692,9 @@ class SariaRadixCache(UnifiedRadixCache):
     def check_hicache_events(self) -> None:
         if self._kv_audit_pending:
             self._install_kv_audit()
+        self._connect_agreement()
+        if self._agreement is not None:
+            self._agreement.step()
         # The requests admitted with a reload hold their own path locks by now.
         locks, self._reload_locks = self._reload_locks, []
         for node_id, lock_params in locks:

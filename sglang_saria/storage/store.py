@@ -546,8 +546,11 @@ class SariaStore:
             e.pins -= 1
             if e.dead and e.pins == 0:
                 self._alloc.release(e.slots.tolist())
-            if corrupt and self._entries.get(e.key) is e:
+            dropped = corrupt and self._entries.get(e.key) is e
+            if dropped:
                 self._remove(e)
+        if dropped:
+            self._notify_evicted([e.key])
         if op.error is not None:
             status = GetStatus.IO_ERROR
             logger.warning("saria store %s: read of %r failed: %s", self.name, e.key, _describe(op.error))
@@ -609,6 +612,7 @@ class SariaStore:
                     self._remove(e)
                     removed.append(k)
             self._count("evict", "caller", len(removed))
+        self._notify_evicted(removed)
         return removed
 
     def delete(self, key: str) -> bool:

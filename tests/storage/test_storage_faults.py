@@ -34,7 +34,8 @@ def _flip_byte(path: str, offset: int) -> None:
 
 @pytest.mark.parametrize("stripe", [0, 1])
 def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload, stripe):
-    store = make_store(ndirs=2)
+    evicted: list[str] = []
+    store = make_store(ndirs=2, on_evict=evicted.extend)
     assert store.put("victim", payload("victim", 3 * SLOT)).ok
     assert store.put("bystander", payload("bystander", 3 * SLOT)).ok
     slot0 = int(store._entries["victim"].slots[0])
@@ -46,6 +47,7 @@ def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload
     assert store.get("victim", dest) is GetStatus.CORRUPT
     assert store.stats().counts["get_corrupt"] == 1
     assert not store.exists("victim")  # dropped, so SGLang sees a plain miss next time
+    assert evicted == ["victim"], "the owner hears the drop (the ranks' agreed SSD view)"
     assert store.get("victim", dest) is GetStatus.MISS
     assert store.get("bystander", dest).ok
     np.testing.assert_array_equal(dest, payload("bystander", 3 * SLOT))

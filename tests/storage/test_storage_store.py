@@ -69,11 +69,13 @@ def test_lru_eviction_reports_evicted_keys(payload, make_store):
 
 
 def test_caller_eviction_and_existing_key(payload, make_store):
-    store = make_store()
+    evicted = []
+    store = make_store(on_evict=evicted.extend)
     assert store.put("a", payload("a", 5000)).ok
     again = store.put("a", payload("a", 5000))
     assert again.ok and again.already_present
     assert store.evict(["a", "missing"]) == ["a"]
+    assert evicted == ["a"], "every removal is reported, not only LRU evictions"
     assert not store.exists("a") and store.prefix_hits(["a"]) == 0
 
 
