@@ -115,6 +115,10 @@ class TransferConfig:
     # into device slots at once (later SSD hits wait in the queue; a longer one loads its
     # leading part). Bounds the device slots held by reloads not yet admitted.
     max_inflight_reload_tokens: int = 524288
+    # Pages per direct-reload step (read, verify, gather). The reloader owns two such
+    # staging chunks from construction (double buffer: the next chunk reads while this one
+    # is gathered), reserved out of SGLang's KV budget (hicache/reload_staging.py).
+    reload_chunk_pages: int = 16
 
     def validate(self, prefix: str = "transfer") -> None:
         _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")
@@ -125,6 +129,13 @@ class TransferConfig:
             f"{prefix}.max_inflight_reload_tokens",
             cap,
             "must be a positive integer (tokens)",
+        )
+        pages = self.reload_chunk_pages
+        _check(
+            isinstance(pages, int) and not isinstance(pages, bool) and pages > 0,
+            f"{prefix}.reload_chunk_pages",
+            pages,
+            "must be a positive integer (pages)",
         )
 
 

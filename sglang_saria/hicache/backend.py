@@ -298,13 +298,18 @@ class SariaStorage(HiCacheStorage):
         """Bytes of one stored KV page (the host pool's page, in its byte order)."""
         return self._views[PoolName.KV.value].page_bytes
 
-    def read_page_async(self, key: str, dest: Any) -> Any:
+    def read_page_async(self, key: str, dest: Any, host_check: bool = True) -> Any:
         """Start reading KV page `key` into `dest` (any device); a Future of its GetStatus.
 
         The direct reload path (`hicache/device_reload.py`) reads this way into a staging
-        buffer on the device pool's device, bypassing the host pool.
+        buffer on the device pool's device, bypassing the host pool; on a GPU it passes
+        ``host_check=False`` and verifies `page_digest` there instead.
         """
-        return self._ensure_store().get_async(self.storage_key(key), dest)
+        return self._ensure_store().get_async(self.storage_key(key), dest, host_check)
+
+    def page_digest(self, key: str) -> Optional[int]:
+        """The device digest recorded for KV page `key` (None: absent, or stored before index format 2)."""
+        return self._ensure_store().digest_of(self.storage_key(key))
 
     # ---------------------------------------------------------------- existence
     def kv_page_hashes(self) -> List[str]:

@@ -9,6 +9,20 @@ SSD pages never pass through the host pool, so an SSD hit costs no DRAM capacity
 second copy. The pages move in chunks; a pacer says how much of the DRAM part goes with
 each chunk, so a coordinated reload spreads DRAM copies over the SSD reads (paper 4.5).
 
+Staging is two chunks (a double buffer: the next chunk reads while this one is gathered),
+allocated once when the reloader is built, so a reload allocates no device memory and
+cannot run out of it mid-flight. Its size (`staging_bytes`) is reserved out of SGLang's KV
+budget when the pool is sized (`sglang_saria/hicache/reload_staging.py`, patch 009).
+Loads are serialised on the reloader (one staging buffer pair); the reload worker runs one
+job at a time anyway.
+
+Integrity: on a GPU a page is checked where it landed. The store reads it with its host
+xxh3 check off (that check copies the page to host memory) and the reloader recomputes the
+page's device digest (`kernels/checksum.py`, recorded by the store at write time) over the
+chunk's staged pages, one kernel launch per chunk; only one boolean per page crosses to
+the host. A mismatch is a "corrupt" read of that page, exactly like a failed host check:
+the pages before it land, the rest of the load stops. On CPU the store's host check stays.
+
 A stored page has the byte order of SGLang's host pool page (`get_data_page(flat=True)`),
 since HiCache's host->storage backup wrote it: `page_first` is token-major
 `[K|V][token][layer]`, `layer_first` and `page_first_direct` are layer-major
@@ -21,13 +35,17 @@ Host-pool rows are token rows (`page_first`, `layer_first`) or whole pages
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import wait
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import torch
 
 from sglang_saria.kernels.gather import RowMoves, gather_rows
+from sglang_saria.kernels.checksum import as_int64, kernel_runs_on, row_digests
+from sglang_saria.storage.store import GetStatus
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +54,17 @@ TOKEN_MAJOR_LAYOUTS = frozenset({"page_first"})
 LAYER_MAJOR_LAYOUTS = frozenset({"layer_first", "page_first_direct"})
 SUPPORTED_LAYOUTS = TOKEN_MAJOR_LAYOUTS | LAYER_MAJOR_LAYOUTS
 DEFAULT_CHUNK_PAGES = 16  # pages per read + gather step (and per pacing step)
+STAGING_BUFFERS = 2  # double buffer: one chunk reads while the other is gathered
+
+# Where a read is verified: "host" (the store's xxh3, the page copied to host memory when it
+# sits on a GPU), "device" (the page's digest recomputed in the staging buffer), "auto"
+# (device when the staging is on a GPU, the digest kernel runs there and digests are known).
+Verify = Literal["auto", "host", "device"]
+
+
+def staging_bytes(chunk_pages: int, page_bytes: int) -> int:
+    """Bytes of staging a reloader of ``chunk_pages`` pages per step holds for its life."""
+    return STAGING_BUFFERS * chunk_pages * page_bytes
 
 
 class UnsupportedPoolLayout(ValueError):
@@ -86,11 +115,18 @@ class DeviceReloader:
         page_bytes: int,
         host_pool: Any = None,
         chunk_pages: int = DEFAULT_CHUNK_PAGES,
+        page_digest: Optional[Callable[[str], Optional[int]]] = None,
+        verify: Verify = "auto",
     ) -> None:
-        """``read_page(page_hash, dest)`` starts one store read and returns a Future of its status.
+        """``read_page(page_hash, dest, host_check=True)`` starts one store read and returns a
+        concurrent Future of its status (`SariaStore.get_async`).
 
         ``host_pool``: SGLang's MHA host pool, to move DRAM pages in the same gathers
         (None, or a pool of another kind: DRAM pages are left to HiCache's own copy).
+        ``page_digest(page_hash)``: the device digest the store recorded (`digest_of`), for
+        ``verify="device"``; a page without one (stored before index format 2) keeps the
+        store's host check. ``chunk_pages``: pages per step; the staging (two chunks) is
+        allocated here, once.
         """
         k_bufs = getattr(device_pool, "k_buffer", None)
         v_bufs = getattr(device_pool, "v_buffer", None)
@@ -120,7 +156,17 @@ class DeviceReloader:
             )
         self.page_bytes = page_bytes
         self.read_page = read_page
+        if chunk_pages < 1:
+            raise ValueError(f"chunk_pages={chunk_pages}: a reload step needs at least one page")
         self.chunk_pages = chunk_pages
+        self.page_digest = page_digest
+        self.verify = self._verify_mode(verify)
+        self._staging = torch.empty(
+            (STAGING_BUFFERS, chunk_pages * self.geometry.rows_per_page, *self.row_shape),
+            dtype=self.dtype,
+            device=self.device,
+        )
+        self._lock = threading.Lock()
         # Destinations: token rows of every layer's K then V; page rows too for page_first_direct.
         self.destinations = k_bufs + v_bufs
         self._host_sources, self._host_page_rows = self._host_views(host_pool, host_layout, page_size)
@@ -143,6 +189,33 @@ class DeviceReloader:
             if all(t.shape[0] % page == 0 for t in self.destinations):
                 return [buf[kv][:, l] for kv in (0, 1) for l in range(layers)], True
         return [], False
+
+    def _verify_mode(self, verify: Verify) -> Literal["host", "device"]:
+        if verify == "auto":
+            on_device = self.device.type == "cuda" and kernel_runs_on("cuda")
+            return "device" if on_device and self.page_digest is not None else "host"
+        if verify == "device" and self.page_digest is None:
+            raise ValueError("verify='device' needs page_digest (the digests the store recorded)")
+        if verify not in ("host", "device"):
+            raise ValueError(f"verify={verify!r}: expected 'auto', 'host' or 'device'")
+        return verify
+
+    @property
+    def staging_bytes(self) -> int:
+        """Bytes of staging this reloader holds (allocated at construction, never per load)."""
+        return self._staging.numel() * self._staging.element_size()
+
+    def _device_mismatches(self, pages: torch.Tensor, expected: Sequence[Optional[int]]) -> list[int]:
+        """Indices of staged pages whose digest differs from the recorded one: one digest
+        kernel launch over all of them, one boolean per page back to the host. Pages without
+        a recorded digest were checked by the store on the host and are skipped."""
+        known = torch.tensor([d is not None for d in expected], dtype=torch.bool)
+        if not known.any():
+            return []
+        want = torch.tensor([as_int64(d) if d is not None else 0 for d in expected], dtype=torch.int64)
+        got = row_digests(pages)
+        bad = (got != want.to(got.device)).cpu() & known
+        return bad.nonzero().flatten().tolist()
 
     @property
     def moves_host_pages(self) -> bool:
@@ -169,13 +242,38 @@ class DeviceReloader:
         """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page) and copy
         host-pool slots ``host_slots`` to ``host_device_slots``, in one plan.
 
-        Pages move ``chunk_pages`` at a time through one staging buffer of that size (so a
-        long prefix needs no prefix-sized buffer): read, then one gather of the chunk plus
-        the DRAM pages due by then: ``pace(ssd_bytes_so_far)`` (it may sleep) returns the
-        DRAM bytes due; without it the whole DRAM part goes with the first chunk. A failed
-        read stops the load before its chunk is scattered; the slots are fresh, so the
-        caller just frees them. ``pages`` in the outcome counts SSD pages.
+        Pages move ``chunk_pages`` at a time through the reloader's staging (so a long
+        prefix needs no prefix-sized buffer): read, verify (on the device, see the module
+        docstring), then one gather of the chunk plus the DRAM pages due by then:
+        ``pace(ssd_bytes_so_far)`` (it may sleep) returns the DRAM bytes due; without it the
+        whole DRAM part goes with the first chunk. A failed read or digest stops the load
+        before its page is scattered; the slots are fresh, so the caller just frees them.
+        ``pages`` in the outcome counts SSD pages. Concurrent calls run one after another.
         """
+        with self._lock:
+            return self._load(page_hashes, slots, host_slots, host_device_slots, pace, stop)
+
+    def _read_chunk(self, page_hashes: Sequence[str], start: int, chunk: int) -> tuple[list, list[Optional[int]]]:
+        """Start the reads of the chunk at ``start`` into its staging buffer; their futures and
+        the digests to verify them against on the device (None: the store checks on the host)."""
+        pages = self._staging[(start // chunk) % STAGING_BUFFERS, : chunk * self.geometry.rows_per_page].view(chunk, -1)
+        futures, digests = [], []
+        for i in range(min(chunk, len(page_hashes) - start)):
+            key = page_hashes[start + i]
+            want = self.page_digest(key) if self.verify == "device" else None
+            digests.append(want)
+            futures.append(self.read_page(key, pages[i], host_check=False) if want is not None else self.read_page(key, pages[i]))
+        return futures, digests
+
+    def _load(
+        self,
+        page_hashes: Sequence[str],
+        slots: torch.Tensor,
+        host_slots: Optional[torch.Tensor],
+        host_device_slots: Optional[torch.Tensor],
+        pace: Optional[Callable[[int], float]],
+        stop: Optional[Callable[[], bool]],
+    ) -> ReloadOutcome:
         n = len(page_hashes)
         g = self.geometry
         if slots.numel() != n * g.page_size:
@@ -188,60 +286,60 @@ class DeviceReloader:
             raise ValueError("this reloader has no host-pool views: DRAM pages need HiCache's copy")
         host_pages, host_done = host_slots.numel() // g.page_size, 0
         chunk = max(1, min(n, self.chunk_pages))
-        # Two staging buffers: the next chunk's reads run while this chunk is gathered.
-        staging = [
-            torch.empty((chunk * g.rows_per_page, *self.row_shape), dtype=self.dtype, device=self.device)
-            for _ in range(2 if n > chunk else 1)
-        ]
         slot_rows = slots.to("cpu", torch.int64).view(n, g.page_size)
-
-        def read(start: int) -> list:
-            pages = staging[(start // chunk) % len(staging)].view(chunk, -1)
-            return [self.read_page(page_hashes[start + i], pages[i]) for i in range(min(chunk, n - start))]
-
-        pending = read(0) if n else []
-        for start in range(0, max(n, 1), chunk):
-            count = min(chunk, n - start)
-            statuses = [f.result() for f in pending]
-            failed = [(page_hashes[start + i], st.value) for i, st in enumerate(statuses) if not st.ok]
-            if failed:
-                count = next(i for i, st in enumerate(statuses) if not st.ok)
-            # Stopped or failed: gather what this chunk read in prefix order, read no further.
-            last = bool(failed) or start + count >= n or (stop is not None and stop())
-            buf = staging[(start // chunk) % len(staging)] if n else None
-            if not last:
-                if self.device.type == "cuda":
-                    # The buffer about to be refilled was gathered from two chunks ago.
-                    torch.cuda.current_stream(self.device).synchronize()
-                pending = read(start + chunk)
-            done_bytes = (start + count) * self.page_bytes
-            due = host_pages
-            if start + count < n and last:
-                due = host_done  # an unfinished load moves no more DRAM pages
-            elif pace is not None and start + count < n:
-                due = min(host_pages, int(pace(done_bytes) // self.page_bytes))
-            elif pace is not None:
-                pace(done_bytes)
-            moves = []
-            if count:
-                dst_rows = slot_rows[start : start + count].reshape(-1)
-                moves += [
-                    RowMoves(0, g.staging_rows(count, kv, layer), kv * g.layers + layer, dst_rows)
-                    for kv in (0, 1)
-                    for layer in range(g.layers)
-                ]
-            if due > host_done:
-                span = slice(host_done * g.page_size, due * g.page_size)
-                moves += self._host_moves(host_slots[span], host_dst[span])
-                host_done = due
-            if moves:
-                gather_rows([buf if buf is not None else staging[0], *self._host_sources], self.destinations, moves)
-            if start + count < n and last:
-                if self.device.type == "cuda":
-                    torch.cuda.current_stream(self.device).synchronize()
-                landed = start + count
-                reason = failed[0][1] if failed else "stopped"
-                return ReloadOutcome(False, landed, landed * self.page_bytes, reason=reason, failed=failed)
+        pending, digests = self._read_chunk(page_hashes, 0, chunk) if n else ([], [])
+        try:
+            for start in range(0, max(n, 1), chunk):
+                count = min(chunk, n - start)
+                buf = self._staging[(start // chunk) % STAGING_BUFFERS]
+                statuses = [f.result() for f in pending]
+                failed = [(page_hashes[start + i], st.value) for i, st in enumerate(statuses) if not st.ok]
+                if failed:
+                    count = next(i for i, st in enumerate(statuses) if not st.ok)
+                if self.verify == "device" and count:
+                    staged = buf[: count * g.rows_per_page].view(count, -1)
+                    corrupt = self._device_mismatches(staged, digests[:count])
+                    if corrupt:  # a bad digest is a corrupt read: pages before it land
+                        failed = [(page_hashes[start + i], GetStatus.CORRUPT.value) for i in corrupt] + failed
+                        count = corrupt[0]
+                # Stopped or failed: gather what this chunk read in prefix order, read no further.
+                last = bool(failed) or start + count >= n or (stop is not None and stop())
+                if not last:
+                    if self.device.type == "cuda":
+                        # The buffer about to be refilled was gathered from two chunks ago.
+                        torch.cuda.current_stream(self.device).synchronize()
+                    pending, digests = self._read_chunk(page_hashes, start + chunk, chunk)
+                done_bytes = (start + count) * self.page_bytes
+                due = host_pages
+                if start + count < n and last:
+                    due = host_done  # an unfinished load moves no more DRAM pages
+                elif pace is not None and start + count < n:
+                    due = min(host_pages, int(pace(done_bytes) // self.page_bytes))
+                elif pace is not None:
+                    pace(done_bytes)
+                moves = []
+                if count:
+                    dst_rows = slot_rows[start : start + count].reshape(-1)
+                    moves += [
+                        RowMoves(0, g.staging_rows(count, kv, layer), kv * g.layers + layer, dst_rows)
+                        for kv in (0, 1)
+                        for layer in range(g.layers)
+                    ]
+                if due > host_done:
+                    span = slice(host_done * g.page_size, due * g.page_size)
+                    moves += self._host_moves(host_slots[span], host_dst[span])
+                    host_done = due
+                if moves:
+                    gather_rows([buf, *self._host_sources], self.destinations, moves)
+                if start + count < n and last:
+                    if self.device.type == "cuda":
+                        torch.cuda.current_stream(self.device).synchronize()
+                    landed = start + count
+                    reason = failed[0][1] if failed else "stopped"
+                    return ReloadOutcome(False, landed, landed * self.page_bytes, reason=reason, failed=failed)
+        finally:
+            # A read still in flight (an exception above) must not land in staging a later load uses.
+            wait(pending)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
         return ReloadOutcome(True, n, n * self.page_bytes)

@@ -71,6 +71,7 @@ from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.tiers import DRAM, SSD
+from sglang_saria.hicache.reload_staging import report_staging
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +151,7 @@ class SariaRadixCache(UnifiedRadixCache):
             logger.info("saria: direct reload needs a full-attention, non-EAGLE tree; using HiCache prefetch")
             return False
         host_pool = self.cache_controller.mem_pool_host
+        cfg = policy.config
         try:
             self._reloader = DeviceReloader(
                 backend.read_page_async,
@@ -157,11 +159,13 @@ class SariaRadixCache(UnifiedRadixCache):
                 host_pool.layout,
                 self.page_size,
                 backend.page_bytes,
+                chunk_pages=cfg.transfer.reload_chunk_pages,
+                page_digest=backend.page_digest,
             )
         except UnsupportedPoolLayout as e:
             logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
             return False
-        cfg = policy.config
+        report_staging(self._reloader.staging_bytes, str(self._reloader.device))
         self._pacer = RealTimePacer(cfg.bandwidth, cfg.transfer.mode)
         self._promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self._worker = ReloadWorker(self._reloader, self._pacer, self._worker_agreement(), self._drop_pages)
@@ -241,7 +245,8 @@ class SariaRadixCache(UnifiedRadixCache):
 
     def _drop_pages(self, page_hashes: Sequence[str]) -> None:
         """Pages whose read failed leave the store index (worker thread; the store locks).
-        A checksum failure is already gone (the store drops it on read)."""
+        A host checksum failure is already gone (the store drops it on read); a device
+        digest mismatch (GPU) is dropped here."""
         backend = self._backend()
         keys = [backend.storage_key(h) for h in page_hashes]
         backend.store.evict(keys)

@@ -158,10 +158,17 @@ def triton_interpreted() -> bool:
     return isinstance(_digest_kernel, InterpretedFunction)
 
 
+def kernel_runs_on(device_type: str) -> bool:
+    """Whether ``backend='auto'`` digests tensors on ``device_type`` with the Triton kernel
+    (compiled on CUDA; on CPU only under TRITON_INTERPRET=1)."""
+    if triton is None or device_type not in ("cpu", "cuda"):
+        return False
+    return (device_type == "cuda") != triton_interpreted()
+
+
 def _select(device_type: str, backend: Backend) -> Literal["triton", "numpy"]:
     if backend == "auto":
-        kernel_runs = triton is not None and (device_type == "cuda") != triton_interpreted()
-        backend = "triton" if kernel_runs else "numpy"
+        backend = "triton" if kernel_runs_on(device_type) else "numpy"
     if backend == "triton" and device_type == "cuda" and triton_interpreted():
         raise RuntimeError("TRITON_INTERPRET=1 is set: the interpreted digest kernel cannot read CUDA memory")
     if backend == "numpy" and device_type != "cpu":
@@ -207,4 +214,4 @@ def verify_rows(rows, expected: Sequence[int], backend: Backend = "auto"):
     return row_digests(rows, backend) == want
 
 
-__all__ = ["Lanes", "as_int64", "digest", "lanes", "row_digests", "triton_interpreted", "verify_rows"]
+__all__ = ["Lanes", "as_int64", "digest", "kernel_runs_on", "lanes", "row_digests", "triton_interpreted", "verify_rows"]

@@ -27,6 +27,10 @@ def test_from_dict_names_bad_field_and_value():
             SariaConfig.from_dict({"transfer": {"max_inflight_reload_tokens": bad}}, source="extra-config")
     cap = SariaConfig.from_dict({"transfer": {"max_inflight_reload_tokens": 4096}}).transfer
     assert cap.max_inflight_reload_tokens == 4096
+    for bad in (0, -1, "16", 2.0, False):
+        with pytest.raises(ConfigError, match=r"extra-config: transfer.reload_chunk_pages=.*(positive integer|expected an integer)"):
+            SariaConfig.from_dict({"transfer": {"reload_chunk_pages": bad}}, source="extra-config")
+    assert SariaConfig.from_dict({"transfer": {"reload_chunk_pages": 4}}).transfer.reload_chunk_pages == 4
 
 
 def test_from_dict_round_trips_and_parses_capacities():

@@ -5,10 +5,19 @@ kvikio reads into a CUDA staging buffer and the compiled Triton kernel."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import pytest
 import torch
 
-from sglang_saria.hicache.device_reload import DeviceReloader, PageGeometry, UnsupportedPoolLayout
+from sglang_saria.hicache import device_reload
+from sglang_saria.storage import store as store_module
+from sglang_saria.hicache.device_reload import DeviceReloader, PageGeometry, UnsupportedPoolLayout, staging_bytes
+from tests.storage.conftest import slab_path
+
+HERE = Path(__file__).resolve().parent
 
 LAYERS, PAGE, HEADS, DIM = 3, 4, 2, 8
 DEVICES = [
@@ -40,6 +49,29 @@ def stored_page(kv: torch.Tensor, layout: str) -> torch.Tensor:
 
 def page_bytes(dtype: torch.dtype) -> int:
     return 2 * LAYERS * PAGE * HEADS * DIM * torch.empty(0, dtype=dtype).element_size()
+
+
+def flip_stored_byte(store, key: str, offset: int = 100) -> None:
+    """Corrupt one byte of a stored object on disk (one data dir; ``offset`` inside its first slot)."""
+    slot = int(store._entries[key].slots[0])
+    with open(slab_path(store), "r+b") as f:
+        f.seek(slot * store.layout.unit + offset)
+        b = f.read(1)
+        f.seek(slot * store.layout.unit + offset)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def counting_host_hash(monkeypatch) -> list[int]:
+    """Count the store's host xxh3 checks (each copies a CUDA page to host memory)."""
+    calls: list[int] = []
+    real = store_module._hash
+
+    def counted(pieces):
+        calls.append(1)
+        return real(pieces)
+
+    monkeypatch.setattr(store_module, "_hash", counted)
+    return calls
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -193,3 +225,115 @@ def test_host_pool_of_another_kind_leaves_dram_pages_to_hicache(make_store):
     assert not reloader.moves_host_pages
     with pytest.raises(ValueError, match="DRAM pages need HiCache's copy"):
         reloader.load([], torch.arange(0), torch.arange(PAGE), torch.arange(PAGE))
+
+
+def test_staging_is_allocated_once_and_a_load_allocates_none(make_store, monkeypatch):
+    store = make_store(slot_bytes="4KiB")
+    kvs = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).half() for _ in range(5)]
+    for i, kv in enumerate(kvs):
+        assert store.put(f"p{i}", stored_page(kv, "page_first")).ok
+    pool = DevicePool(64, torch.float16)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=2)
+    assert reloader.staging_bytes == staging_bytes(2, page_bytes(torch.float16)) == 2 * 2 * page_bytes(torch.float16)
+
+    def no_allocation(*args, **kwargs):
+        raise AssertionError("a reload allocated a buffer")
+
+    monkeypatch.setattr(device_reload.torch, "empty", no_allocation)
+    for _ in range(2):  # 5 pages through 2-page chunks: both buffers reused, twice
+        assert reloader.load([f"p{i}" for i in range(5)], torch.arange(5 * PAGE)).ok
+    for i, kv in enumerate(kvs):
+        assert torch.equal(pool.v_buffer[2][i * PAGE : (i + 1) * PAGE], kv[1, 2])
+
+
+def test_concurrent_loads_take_turns_on_the_one_staging(make_store):
+    store = make_store(slot_bytes="4KiB")
+    kvs = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).half() for _ in range(6)]
+    for i, kv in enumerate(kvs):
+        assert store.put(f"p{i}", stored_page(kv, "page_first")).ok
+    order: list[str] = []
+
+    def slow_read(key, dest):
+        order.append(key)
+        time.sleep(0.02)  # both loads are in flight at once unless the reloader serialises them
+        return store.get_async(key, dest)
+
+    pool = DevicePool(64, torch.float16)
+    reloader = DeviceReloader(slow_read, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=1)
+    with ThreadPoolExecutor(2) as ex:
+        a = ex.submit(reloader.load, ["p0", "p1", "p2"], torch.arange(3 * PAGE))
+        b = ex.submit(reloader.load, ["p3", "p4", "p5"], torch.arange(3 * PAGE, 6 * PAGE))
+        assert a.result(timeout=30).ok and b.result(timeout=30).ok
+    for i, kv in enumerate(kvs):
+        assert torch.equal(pool.k_buffer[0][i * PAGE : (i + 1) * PAGE], kv[0, 0])
+    assert order in (["p0", "p1", "p2", "p3", "p4", "p5"], ["p3", "p4", "p5", "p0", "p1", "p2"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_device_verify_flipped_byte_is_corrupt_for_that_page_only(make_store, monkeypatch, device):
+    store = make_store(slot_bytes="4KiB")
+    kvs = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).half() for _ in range(5)]
+    for i, kv in enumerate(kvs):
+        assert store.put(f"p{i}", stored_page(kv, "page_first")).ok
+    flip_stored_byte(store, "p2")
+    host_hashes = counting_host_hash(monkeypatch)
+    pool = DevicePool(64, torch.float16, device)
+    verify = "device" if device == "cpu" else "auto"  # on CPU "auto" keeps the host check
+    reloader = DeviceReloader(
+        store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=2,
+        page_digest=store.digest_of, verify=verify,
+    )
+    assert reloader.verify == "device"
+    outcome = reloader.load([f"p{i}" for i in range(5)], torch.arange(5 * PAGE))
+    assert (outcome.ok, outcome.pages, outcome.reason, outcome.failed) == (False, 2, "corrupt", [("p2", "corrupt")])
+    assert host_hashes == []  # no page went to host memory to be checked
+    for i in range(2):
+        assert torch.equal(pool.k_buffer[1][i * PAGE : (i + 1) * PAGE].cpu(), kvs[i][0, 1])
+    assert all(not buf[2 * PAGE :].any() for buf in pool.k_buffer + pool.v_buffer)
+    assert "get_corrupt" not in store.stats().counts  # the store served bytes; the digest caught them
+    clean = reloader.load(["p0", "p1", "p3", "p4"], torch.arange(4 * PAGE))
+    assert clean.ok and clean.pages == 4
+
+
+def test_page_without_a_recorded_digest_keeps_the_host_check(make_store, monkeypatch):
+    store = make_store(slot_bytes="4KiB")
+    for i in range(3):
+        assert store.put(f"p{i}", stored_page(torch.randn(2, LAYERS, PAGE, HEADS, DIM).half(), "page_first")).ok
+    flip_stored_byte(store, "p1")
+    host_hashes = counting_host_hash(monkeypatch)
+    legacy = {"p1"}  # as if stored before index format 2
+    reloader = DeviceReloader(
+        store.get_async, DevicePool(32, torch.float16), "page_first", PAGE, page_bytes(torch.float16),
+        page_digest=lambda k: None if k in legacy else store.digest_of(k), verify="device",
+    )
+    outcome = reloader.load(["p0", "p1", "p2"], torch.arange(3 * PAGE))
+    assert (outcome.pages, outcome.failed) == (1, [("p1", "corrupt")])
+    assert len(host_hashes) == 1 and store.stats().counts["get_corrupt"] == 1  # the store caught it, on the host
+
+
+def test_device_verify_needs_the_recorded_digests(make_store):
+    with pytest.raises(ValueError, match="verify='device' needs page_digest"):
+        DeviceReloader(make_store().get_async, DevicePool(8, torch.float16), "page_first", PAGE, page_bytes(torch.float16), verify="device")
+
+
+@pytest.fixture(scope="module")
+def interpreted_verify(run_interpreted) -> dict[str, dict]:
+    return run_interpreted(HERE / "device_verify_interpreter.py")
+
+
+def test_interpreted_kernel_verifies_each_chunk_with_one_launch(interpreted_verify):
+    r = interpreted_verify["clean"]
+    assert r["kernel"] is True and r["verify"] == "device"
+    assert (r["ok"], r["pages"], r["launches"], r["host_hashes"], r["landed_exactly"]) == (True, 5, 3, 0, True)
+
+
+def test_interpreted_kernel_flipped_byte_is_corrupt_for_that_page_only(interpreted_verify):
+    r = interpreted_verify["flipped"]
+    assert (r["ok"], r["pages"], r["reason"], r["failed"]) == (False, 3, "corrupt", [["p3", "corrupt"]])
+    assert (r["launches"], r["host_hashes"], r["leading_run_landed"], r["rest_untouched"]) == (2, 0, True, True)
+
+
+def test_interpreted_kernel_corrupt_page_leaves_the_store_index_through_the_worker(interpreted_verify):
+    r = interpreted_verify["worker"]
+    assert (r["pages"], r["reason"], r["failed"], r["dropped"]) == (3, "corrupt", [["p3", "corrupt"]], ["p3"])
+    assert r["stored"] == ["p0", "p1", "p2", "p4"]
