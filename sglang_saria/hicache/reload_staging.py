@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Optional
 
-from sglang_saria.hicache.device_reload import staging_bytes
 from sglang_saria.hicache.backend import policy_config_from_extra
+from sglang_saria.hicache.device_reload import staging_bytes
 
 logger = logging.getLogger(__name__)
 
