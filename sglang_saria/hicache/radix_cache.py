@@ -676,11 +676,13 @@ class SariaRadixCache(UnifiedRadixCache):
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:
         """After the request's prefill (SGLang checkpoints what it computed): promote the
         share of its SSD reload picked at publish (paper 4.4: the copy to host follows the
-        prefill, so it does not compete with the reload and the prefill it serves)."""
-        super().checkpoint(req, up_to=up_to, **kwargs)
+        prefill, so it does not compete with the reload and the prefill it serves). Before the
+        request's own insert, whose write-through would take the host headroom the promotion
+        was sized by at publish."""
         promotion = self._promotions.pop(req.rid, None)
         if promotion is not None:
             self._promote(*promotion)
+        super().checkpoint(req, up_to=up_to, **kwargs)
 
     def _promote(self, node_id: NodeId, tokens: int) -> None:
         """Copy a reloaded node device -> host with HiCache's write-through (async D2H);
