@@ -44,6 +44,7 @@ from sglang_saria.launcher import (
 from sglang_saria.storage.index import INDEX_NAME
 from sglang_saria.storage.layout import SLAB_NAME, blob_to_slots
 from sglang_saria.storage.store import TEST_READ_DELAY_ENV
+from tests.faults import flip_byte
 
 pytestmark = pytest.mark.e2e
 
@@ -188,13 +189,6 @@ def test_inflight_cap_holds_a_second_reload_back_until_the_first_is_admitted(ser
     assert second.first_token_at - second.sent >= first.first_token_at - first.sent + 2 * READ_DELAY_S
 
 
-def _flip_byte(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
-
 
 def _served_while(server, prompt: list[int], fault) -> dict:
     """Serve ``prompt``; ``fault()`` runs while its reload's reads are still sleeping."""
@@ -209,7 +203,7 @@ def test_page_corrupted_during_reload_serves_the_pages_before_it_and_leaves_the_
     pages = stored_pages(store, PREFIX_CORRUPT)
     bad = 4
     before = saria_metrics(server.metrics())
-    result = _served_while(server, _prompt(PREFIX_CORRUPT), lambda: _flip_byte(_slab(store), pages[bad].offset + 100))
+    result = _served_while(server, _prompt(PREFIX_CORRUPT), lambda: flip_byte(_slab(store), pages[bad].offset + 100))
     after = saria_metrics(server.metrics())
     assert cached_tokens(result)["storage"] == bad * PAGE
     assert_matches_cold(result, cold_run(_prompt(PREFIX_CORRUPT)), "pages before the corrupt one from SSD, the rest recomputed")

@@ -20,16 +20,10 @@ import pytest
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.engine import PosixEngine
 from sglang_saria.storage.store import TEST_READ_DELAY_ENV, GetStatus, SariaStore
+from tests.faults import flip_byte
 
 SLOT = 64 * 1024
 
-
-def _flip_byte(path: str, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
 
 
 @pytest.mark.parametrize("stripe", [0, 1])
@@ -39,7 +33,7 @@ def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload
     assert store.put("victim", payload("victim", 3 * SLOT)).ok
     assert store.put("bystander", payload("bystander", 3 * SLOT)).ok
     slot0 = int(store._entries["victim"].slots[0])
-    _flip_byte(
+    flip_byte(
         os.path.join(store.layout.data_dirs[stripe], "saria-slab.dat"), slot0 * store.layout.unit + 100
     )
 
