@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.hybrid_gather.gather_cases import ReloadCase, bit_exact, make_reload_case
+from tests.gather.gather_cases import ReloadCase, bit_exact, make_reload_case
 
 from sglang_saria.kernels.gather import (
     NBYTES,

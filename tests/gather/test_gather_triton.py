@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.hybrid_gather.gather_cases import bit_exact, make_reload_case
+from tests.gather.gather_cases import bit_exact, make_reload_case
 
 from sglang_saria.kernels.gather import GatherPlan, gather_mixed, gather_mixed_reference
 

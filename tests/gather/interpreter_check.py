@@ -14,7 +14,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     sys.exit("interpreter_check.py needs TRITON_INTERPRET=1 in its environment")
 
 import torch  # noqa: E402
-from tests.hybrid_gather.gather_cases import ReloadCase, bit_exact, make_reload_case  # noqa: E402
+from tests.gather.gather_cases import ReloadCase, bit_exact, make_reload_case  # noqa: E402
 
 from sglang_saria.kernels.gather import (  # noqa: E402
     GatherPlan,
