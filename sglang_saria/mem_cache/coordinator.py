@@ -42,6 +42,18 @@ class Transfer:
         return self.dram_left <= 0.0 and self.ssd_left <= 0.0
 
 
+def _fifo_grants(rate: float, ingress: float, wants: list[bool]) -> tuple[list[float], float]:
+    """Grant each transfer that wants this source, in FIFO order, what is left of the
+    source's ``rate`` and of the shared link; returns the grants and the link left."""
+    grants = []
+    for want in wants:
+        g = min(rate, ingress) if want else 0.0
+        rate -= g
+        ingress -= g
+        grants.append(g)
+    return grants, ingress
+
+
 class TransferCoordinator:
     """Shares ingress among concurrent reloads; fluid (exact-time) model."""
 
@@ -70,18 +82,9 @@ class TransferCoordinator:
         ingress, gds, dram = self.ingress, self.gds, self.dram
         rates = [(0.0, 0.0)] * len(self.active)
         if self.mode == "overlap":
-            dram_rates = []
-            for tr in self.active:
-                d = min(dram, ingress) if tr.dram_left > 0 else 0.0
-                dram -= d
-                ingress -= d
-                dram_rates.append(d)
-            for i, tr in enumerate(self.active):
-                g = min(gds, ingress) if tr.ssd_left > 0 else 0.0
-                gds -= g
-                ingress -= g
-                rates[i] = (dram_rates[i], g)
-            return rates
+            dram_rates, ingress = _fifo_grants(dram, ingress, [tr.dram_left > 0 for tr in self.active])
+            gds_rates, _ = _fifo_grants(gds, ingress, [tr.ssd_left > 0 for tr in self.active])
+            return list(zip(dram_rates, gds_rates))
         if self.mode == "coordinated":
             return self._allocate_coordinated()
         for i, tr in enumerate(self.active):  # serial
@@ -101,14 +104,8 @@ class TransferCoordinator:
         left, paced to ``B_ingress - B_gds`` while the transfer's own GDS reads are active.
         (Granting DRAM per transfer in FIFO order let a DRAM-only load queued ahead take the
         whole link and hold a later SSD reload back.)"""
-        ingress, gds, dram = self.ingress, self.gds, self.dram
-        pace = max(0.0, self.ingress - self.gds)
-        gds_rates = []
-        for tr in self.active:
-            g = min(gds, ingress) if tr.ssd_left > 0 else 0.0
-            gds -= g
-            ingress -= g
-            gds_rates.append(g)
+        dram, pace = self.dram, max(0.0, self.ingress - self.gds)
+        gds_rates, ingress = _fifo_grants(self.gds, self.ingress, [tr.ssd_left > 0 for tr in self.active])
         rates = []
         for tr, g in zip(self.active, gds_rates):
             d = 0.0
