@@ -1,8 +1,8 @@
 """SGLang's radix cache with Saria's reload path (paper 4.3-4.5), for `--hicache-storage-backend saria`.
 
 HiCache stages a storage hit through host memory: prefetch into the host pool, insert
-as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006 for
-FULL-attention models) reads SSD hits straight into the device KV pool instead:
+as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006) reads SSD
+hits of full-attention and GDN hybrid models straight into the device pools instead:
 
 - arrival (`prefetch_from_storage`, where HiCache starts its storage prefetch): beyond
   the tree's device+host match, the store's index is probed for the next pages; the
@@ -22,6 +22,20 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
 - promotion: the share of SSD pages the promotion controller picks at publish (leading
   pages, recency-protected host headroom) becomes a node of its own, copied device -> host
   by HiCache's write-through once the request's prefill is done (`checkpoint`).
+
+Hybrid trees (FULL + MAMBA, issue 15): a reusable prefix ends where a GDN state is
+available, so each page's checkpoint (on the mamba checkpoint grid: the node's host mamba
+value, or the store's MAMBA sidecar of the page) goes into the plan (`reload_plan.py`) and
+the core's planner ends it on the last one. The reload reserves a device mamba slot with
+its FA slots, the worker reads the sidecar of the plan's last page with the first chunk
+and gathers it with the last (`gdn_state.py`), and at publish the boundary node gets that
+slot as its mamba value; the request's own copy-on-write slot comes from SGLang's device
+match (`finalize_match_result_in_cache`), as for any device hit. A reload whose state did
+not land publishes nothing (FA pages without the state at their end resume nothing).
+Pages past the tree's match that the tree holds without a state (FA extending beyond the
+last checkpoint) are planned as SSD pages when stored (the insert frees the duplicate
+slots of device ones and revives host-only ones with the reloaded rows); taking them from
+the host pool instead is not done yet.
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
 policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this

@@ -29,24 +29,29 @@ HOST_DEVICE_PAGES = (1, 12)  # their device pages
 
 
 class FullKVPool:
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.k_buffer = [torch.zeros(DEVICE_SLOTS, HEADS, DIM, dtype=dtype) for _ in range(FA_LAYERS)]
-        self.v_buffer = [torch.zeros(DEVICE_SLOTS, HEADS, DIM, dtype=dtype) for _ in range(FA_LAYERS)]
+    def __init__(self, dtype: torch.dtype, device: str = "cpu") -> None:
+        self.k_buffer = [torch.zeros(DEVICE_SLOTS, HEADS, DIM, dtype=dtype, device=device) for _ in range(FA_LAYERS)]
+        self.v_buffer = [torch.zeros(DEVICE_SLOTS, HEADS, DIM, dtype=dtype, device=device) for _ in range(FA_LAYERS)]
 
 
 class HybridPool:
     """The attributes of SGLang's HybridLinearKVPool the reloader reads."""
 
-    def __init__(self, dtype: torch.dtype) -> None:
-        self.full_kv_pool = FullKVPool(dtype)
+    def __init__(self, dtype: torch.dtype, device: str = "cpu") -> None:
+        self.full_kv_pool = FullKVPool(dtype, device)
         self.full_attention_layer_id_mapping = {1: 0, 3: 1}
+
+
+def _host(t: torch.Tensor, device: str) -> torch.Tensor:
+    """Host pools are pinned when the device pool is on a GPU (the kernel reads them over UVA)."""
+    return t.pin_memory() if device == "cuda" else t
 
 
 class HostKVPool:
     """MHATokenToKVPoolHost, page_first: kv_buffer [2, size, layer, head, dim]."""
 
-    def __init__(self, dtype: torch.dtype, gen: torch.Generator) -> None:
-        self.kv_buffer = torch.randn(2, HOST_SLOTS, FA_LAYERS, HEADS, DIM, generator=gen).to(dtype)
+    def __init__(self, dtype: torch.dtype, gen: torch.Generator, device: str = "cpu") -> None:
+        self.kv_buffer = _host(torch.randn(2, HOST_SLOTS, FA_LAYERS, HEADS, DIM, generator=gen).to(dtype), device)
 
 
 @dataclass
@@ -63,13 +68,13 @@ class HostMambaPool:
     slot_state_device_tensors = ()
     mtp_draft_buffer_infos = ()
 
-    def __init__(self, dtype: torch.dtype, gen: torch.Generator) -> None:
+    def __init__(self, dtype: torch.dtype, gen: torch.Generator, device: str = "cpu") -> None:
         self.buffer_info = StateInfo(
-            torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS, HV, V, K, dtype=torch.float32),
-            (torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS, CONV_DIM, CONV_WIN, dtype=dtype),),
+            torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS, HV, V, K, dtype=torch.float32, device=device),
+            (torch.zeros(MAMBA_LAYERS, MAMBA_SLOTS, CONV_DIM, CONV_WIN, dtype=dtype, device=device),),
         )
-        self.temporal_buffer = torch.randn(HOST_STATES, MAMBA_LAYERS, 1, HV, V, K, generator=gen)
-        self.conv_buffer = [torch.randn(HOST_STATES, MAMBA_LAYERS, 1, CONV_DIM, CONV_WIN, generator=gen).to(dtype)]
+        self.temporal_buffer = _host(torch.randn(HOST_STATES, MAMBA_LAYERS, 1, HV, V, K, generator=gen), device)
+        self.conv_buffer = [_host(torch.randn(HOST_STATES, MAMBA_LAYERS, 1, CONV_DIM, CONV_WIN, generator=gen).to(dtype), device)]
 
     def get_size_per_token(self) -> int:
         return MAMBA_LAYERS * (HV * V * K * 4 + CONV_DIM * CONV_WIN * self.conv_buffer[0].element_size())
@@ -99,6 +104,7 @@ class HybridCase:
     dram_pages: int
     state_from: str
     seed: int = 0
+    device: str = "cpu"  # of the device pools and the reloader's staging
 
     def run(self, store: SariaStore, chunk_pages: int = 2) -> dict:
         gen = torch.Generator().manual_seed(self.seed)
@@ -107,7 +113,7 @@ class HybridCase:
         hashes = [f"s{self.seed}p{i}" for i in range(self.ssd_pages)]
         for h, kv in zip(hashes, kvs):
             assert store.put(h, stored_kv_page(kv)).ok
-        host_kv, host_mamba = HostKVPool(dtype, gen), HostMambaPool(dtype, gen)
+        host_kv, host_mamba = HostKVPool(dtype, gen, self.device), HostMambaPool(dtype, gen, self.device)
         ck_temporal = torch.randn(MAMBA_LAYERS, HV, V, K, generator=gen)
         ck_conv = torch.randn(MAMBA_LAYERS, CONV_DIM, CONV_WIN, generator=gen).to(dtype)
         state_key = f"s{self.seed}.mamba"
@@ -115,7 +121,7 @@ class HybridCase:
         if self.state_from == "dram":
             ck_temporal = host_mamba.temporal_buffer[HOST_STATE_SLOT, :, 0].clone()
             ck_conv = host_mamba.conv_buffer[0][HOST_STATE_SLOT, :, 0].clone()
-        pool = HybridPool(dtype)
+        pool = HybridPool(dtype, self.device)
         reloader = DeviceReloader(
             store.get_async, pool, "page_first", PAGE, kv_page_bytes(dtype), host_pool=host_kv,
             chunk_pages=chunk_pages, state_rows=StateRows.of_pools(host_mamba), read_state=store.get_async,
@@ -126,7 +132,8 @@ class HybridCase:
         state = StateLoad(NODE_SLOT, key=state_key) if self.state_from == "ssd" else StateLoad(NODE_SLOT, host_slot=HOST_STATE_SLOT)
         outcome = reloader.load(hashes, slots, host_slots, host_dst, state=state)
         fa = pool.full_kv_pool
-        want_k, want_v = [torch.zeros_like(t) for t in fa.k_buffer], [torch.zeros_like(t) for t in fa.v_buffer]
+        got_fa = [t.cpu() for t in fa.k_buffer + fa.v_buffer]
+        want_k, want_v = [torch.zeros_like(t) for t in got_fa[:FA_LAYERS]], [torch.zeros_like(t) for t in got_fa[FA_LAYERS:]]
         for kv, page in zip(kvs, SSD_PAGE_SLOTS):
             for l in range(FA_LAYERS):
                 want_k[l][page * PAGE : (page + 1) * PAGE] = kv[0, l]
@@ -136,14 +143,15 @@ class HybridCase:
                 want_k[l][dst * PAGE : (dst + 1) * PAGE] = host_kv.kv_buffer[0][src * PAGE : (src + 1) * PAGE, l]
                 want_v[l][dst * PAGE : (dst + 1) * PAGE] = host_kv.kv_buffer[1][src * PAGE : (src + 1) * PAGE, l]
         info = host_mamba.buffer_info
-        want_temporal, want_conv = torch.zeros_like(info.temporal), torch.zeros_like(info.conv[0])
+        got_state = [info.temporal.cpu(), info.conv[0].cpu()]
+        want_temporal, want_conv = torch.zeros_like(got_state[0]), torch.zeros_like(got_state[1])
         want_temporal[:, NODE_SLOT], want_conv[:, NODE_SLOT] = ck_temporal, ck_conv
         return {
             "ok": outcome.ok,
             "pages": outcome.pages,
             "state_loaded": outcome.state_loaded,
-            "fa_bit_exact": _bits_equal(fa.k_buffer + fa.v_buffer, want_k + want_v),
-            "state_bit_exact": _bits_equal([info.temporal, info.conv[0]], [want_temporal, want_conv]),
+            "fa_bit_exact": _bits_equal(got_fa, want_k + want_v),
+            "state_bit_exact": _bits_equal(got_state, [want_temporal, want_conv]),
         }
 
 
@@ -170,6 +178,6 @@ CASES = {
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def case(name: str, dtype_name: str, seed: Optional[int] = None) -> HybridCase:
+def case(name: str, dtype_name: str, seed: Optional[int] = None, device: str = "cpu") -> HybridCase:
     default = list(CASES).index(name) * len(DTYPES) + list(DTYPES).index(dtype_name)
-    return HybridCase(DTYPES[dtype_name], seed=default if seed is None else seed, **CASES[name])
+    return HybridCase(DTYPES[dtype_name], seed=default if seed is None else seed, device=device, **CASES[name])

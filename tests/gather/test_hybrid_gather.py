@@ -63,6 +63,22 @@ def test_torch_path_moves_the_same_rows(make_store, monkeypatch, name, dtype):
     assert len(gathers) == max(1, -(-CASES[name]["ssd_pages"] // 2))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA GPU: kvikio reads + compiled gather")
+@pytest.mark.parametrize("name,dtype", ALL)
+def test_compiled_kernel_moves_fa_pages_and_gdn_state_bit_exact_on_gpu(make_store, monkeypatch, name, dtype):
+    """The same reloads into CUDA pools: staging on the GPU, pinned host pools read over UVA,
+    the compiled kernel once per chunk."""
+    from sglang_saria.kernels import gather
+
+    launches = []
+    real = gather._gather_mixed_triton
+    monkeypatch.setattr(gather, "_gather_mixed_triton", lambda *a, **k: launches.append(1) or real(*a, **k))
+    r = case(name, dtype, device="cuda").run(make_store(), chunk_pages=2)
+    assert (r["ok"], r["state_loaded"], r["fa_bit_exact"], r["state_bit_exact"]) == (True, True, True, True), r
+    assert len(launches) == max(1, -(-CASES[name]["ssd_pages"] // 2))
+
+
 def _reloader(store: SariaStore) -> tuple[DeviceReloader, HostMambaPool, HybridPool]:
     host_mamba = HostMambaPool(torch.float16, torch.Generator().manual_seed(0))
     pool = HybridPool(torch.float16)
