@@ -246,9 +246,13 @@ class DeviceReloader:
 
     @property
     def staging_bytes(self) -> int:
-        """Bytes of staging this reloader holds (allocated at construction, never per load)."""
-        state = 0 if self._state_staging is None else self._state_staging.numel()
-        return self._staging.numel() * self._staging.element_size() + state
+        """Bytes of FA page staging this reloader holds (allocated at construction, never per load)."""
+        return self._staging.numel() * self._staging.element_size()
+
+    @property
+    def state_staging_bytes(self) -> int:
+        """Bytes of GDN checkpoint staging (one sidecar page; 0 without state rows)."""
+        return 0 if self._state_staging is None else self._state_staging.numel()
 
     def _device_mismatches(self, pages: torch.Tensor, expected: Sequence[Optional[int]]) -> list[int]:
         """Indices of staged pages whose digest differs from the recorded one: one digest

@@ -196,7 +196,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if hybrid:
             self._hybrid = True
             self._checkpoint_grid = self.components[ComponentType.MAMBA].mamba_checkpoint_grid
-        report_staging(self._reloader.staging_bytes, str(self._reloader.device))
+        report_staging(self._reloader.staging_bytes, str(self._reloader.device), self._reloader.state_staging_bytes)
         self._pacer = RealTimePacer(cfg.bandwidth, cfg.transfer.mode)
         self._promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self._worker = ReloadWorker(
