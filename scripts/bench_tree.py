@@ -134,7 +134,8 @@ class Timings:
 
 def run(core: str, wl: Workload, running: int, evict_chunk: int) -> Timings:
     """Drive one fresh cache through the workload; only the tree calls are timed."""
-    cache = build_cache(core, wl.page_size, wl.tokens + 1024)
+    pool_tokens = wl.tokens + 1024
+    cache = build_cache(core, wl.page_size, pool_tokens)
     alloc = cache.token_to_kv_pool_allocator
     t = Timings()
     locks: deque = deque()
@@ -164,6 +165,9 @@ def run(core: str, wl: Workload, running: int, evict_chunk: int) -> Timings:
                 break
     finally:
         gc.enable()
+    held = alloc.available_size() + cache.protected_size() + cache.evictable_size()
+    if held != pool_tokens:  # a slot freed twice or never: the timings would be of a broken tree
+        raise RuntimeError(f"{core} core: free + locked + evictable = {held} slots, pool has {pool_tokens}")
     return t
 
 
