@@ -133,12 +133,19 @@ class SariaHiCachePolicy:
     def on_host_insert(self, hashes: Sequence[str]) -> bool:
         """A node's pages reached host memory; True: write it to storage now.
 
-        A node already on SSD (an SSD hit promoted to host) was reloaded, not
-        recomputed: nothing to count or write.
+        A node already on SSD is not written again. An SSD hit promoted to host was counted
+        at its reload; stored pages recomputed instead (the prompt's last page, the rest
+        of a reload cut short, a store recovered at restart) get their counters now.
         """
-        if not hashes or self.on_ssd(hashes[-1]):
+        if not hashes:
             return False
-        self.metadata.record_use([page_key(h) for h in hashes], self.clock())
+        keys = [page_key(h) for h in hashes]
+        if self.on_ssd(hashes[-1]):
+            uncounted = [k for k in keys if self.metadata.get(k) is None]
+            if uncounted:
+                self.metadata.record_use(uncounted, self.clock())
+            return False
+        self.metadata.record_use(keys, self.clock())
         return self._admit(hashes, AdmissionEvent.INSERT)
 
     def on_ssd_reload(self, hashes: Sequence[str]) -> None:

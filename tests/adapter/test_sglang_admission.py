@@ -186,3 +186,17 @@ def test_threshold_policy_never_admits_more_pages_than_were_computed():
     assert paper.on_host_evict(PAGES) is False and paper.on_host_evict(PAGES) is True
     paper.on_host_insert(PAGES)
     assert paper.on_host_evict(PAGES) is False  # the paper rule writes it again
+
+
+def test_stored_pages_reaching_host_are_counted_once_and_not_rewritten():
+    """A page the store holds reaches host memory: reloaded and promoted (counted at its
+    reload: not again), or recomputed (SGLang computes a prompt's last page; a store
+    recovered at restart): counted now, so the tier audit finds counters for it."""
+    policy = make_policy("full-duplicate", on_ssd=set(PAGES))
+    policy.on_ssd_reload(PAGES[:1])
+    policy.on_ssd_reload(PAGES[:1])
+    assert counters(policy, PAGES[0]) == (0, 1)
+    assert not policy.on_host_insert(PAGES), "a stored page is not written again"
+    assert counters(policy, PAGES[0]) == (0, 1), "the reloads counted it; its promotion does not"
+    assert policy.metadata.get(page_key(PAGES[1])) is not None, "the recomputed page has counters"
+    assert policy.admission.admitted.get("insert", 0) == 0
