@@ -167,11 +167,17 @@ class SariaStorage(HiCacheStorage):
             self.exists,
             page_bytes=self._views[PoolName.KV.value].page_bytes,
             ssd_capacity_bytes=self.store.capacity_bytes,
+            hybrid=PoolName.MAMBA.value in self.registered_pools,
         )
+        # A lost SSD copy spends the evictions that admitted it (robust rule).
+        policy = self.policy
+        self.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == PoolName.KV.value))
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         self.registered_pools[str(host_pool_name)] = host_pool
         self._register_view(str(host_pool_name), host_pool)
+        if str(host_pool_name) == PoolName.MAMBA.value and self.policy is not None:
+            self.policy.view.hybrid = True  # writes start at nodes holding a Mamba checkpoint
 
     def _register_view(self, name: str, pool: Any) -> None:
         view = HostPageView(pool)

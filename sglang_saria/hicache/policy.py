@@ -1,8 +1,8 @@
 """SGLang glue: persistence-aware SSD admission (paper 4.2) inside HiCache's radix tree.
 
 SGLang's HiCache writes every page that reaches host memory to storage ("full
-duplicate"). With the `saria` backend, patch 005 asks this policy instead at three
-points of `UnifiedRadixCache`:
+duplicate"). With the `saria` backend, patch 005 asks this policy instead at four
+points of `UnifiedRadixCache`, and writes the tree nodes it names:
 
 - a request matched cached pages (once per request): `R += 1`, and a node whose `R`
   just reached `theta_R` is written asynchronously (reuse-triggered write);
@@ -15,31 +15,38 @@ points of `UnifiedRadixCache`:
 - after each write-through, the leaves next in line for host eviction that would
   qualify at that eviction start writing early (prewrite).
 
-Under the robust rule (`admission.rule`, default) a threshold policy never admits more pages
-than were computed (write-through's minimum), as in the core; the core's prefix-closed
-chains and lost-copy evidence are not applied here yet (the store evicts on its own).
+Every decision is the replay's: the same `WriteSequencer` (`mem_cache/sequencer.py`) decides,
+reading the tree and the store through `TreeTierView` (`tree_view.py`). Under the robust rule
+(`admission.rule`, default) a threshold policy's write closes over the node's ancestors not on
+SSD (SSD content stays prefix-closed), starts only at nodes holding a Mamba checkpoint on hybrid
+models, needs `theta_E` evictions since the node's SSD copy was lost (the store tells the policy
+what it dropped: `on_store_evict`), and total writes stay within the pages computed.
 
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
-that returns after eviction keeps its history. Locations are not copied here: DRAM
-is the tree's `host_value`, SSD is the store's index, so nothing can drift. With tensor
-parallelism, `on_ssd` and `clock` are the ranks' agreed SSD view and step clock
-(`rank_agreement.py`, wired by `SariaRadixCache`), so every rank decides the same.
+that returns after eviction keeps its history; a node's decisions read its last page's.
+Locations are not copied here: DRAM is the tree's `host_value`, SSD is the store's index, so
+nothing can drift. With tensor parallelism, `on_ssd` and `clock` are the ranks' agreed SSD view
+and step clock (`rank_agreement.py`, wired by `SariaRadixCache`), so every rank decides the same.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
 from sglang_saria.hicache.host_leaf_order import eviction_head
-from sglang_saria.mem_cache.metadata import ContextMetadata
 from sglang_saria.hicache.metrics import SariaServingMetrics
+from sglang_saria.hicache.tree_view import TreeTierView
+from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
+from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.sequencer import WriteSequencer
+from sglang_saria.mem_cache.tiers import DRAM, SSD
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +67,7 @@ class EvictionStats:
 
 
 class SariaHiCachePolicy:
-    """Admission decisions for SGLang nodes, given as lists of page hashes."""
+    """Admission decisions for SGLang tree nodes; returns the nodes the tree is to write."""
 
     def __init__(
         self,
@@ -70,89 +77,151 @@ class SariaHiCachePolicy:
         page_bytes: int = 0,
         ssd_capacity_bytes: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        hybrid: bool = False,
     ) -> None:
         self.config = config
         # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
         self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
         self.page_bytes = page_bytes
         self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
-        self.on_ssd = on_ssd
-        self.clock = clock
+        self.view = TreeTierView(self.metadata, page_size, page_bytes, ssd_capacity_bytes, on_ssd, clock, hybrid)
+        self.sequencer = WriteSequencer(self.admission, config.admission.rule)
         self.stats = EvictionStats()
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
         self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
-        # robust rule (docs/fidelity.md): a threshold policy never admits more pages than were computed
-        self._capped = config.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
-        self.pages_admitted = 0
+        self._lost: deque[str] = deque()  # page hashes the store dropped (any thread), applied at the next event
+        self._local_losses = True  # False once the ranks agree on removals (use_agreement)
         self._metrics = SariaServingMetrics.get()
+
+    # The view reads these; the rank agreement swaps them for agreed ones.
+    @property
+    def on_ssd(self) -> Callable[[str], bool]:
+        return self.view.on_ssd
+
+    @on_ssd.setter
+    def on_ssd(self, on_ssd: Callable[[str], bool]) -> None:
+        self.view.on_ssd = on_ssd
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.view.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.view.clock = clock
 
     @property
     def writes_ssd(self) -> bool:
         return self.admission.writes_ssd
 
-    def _admit(self, hashes: Sequence[str], event: AdmissionEvent, extra_evictions: int = 0) -> bool:
-        nodes = [self.metadata.get(page_key(h)) for h in hashes]
-        nodes = [n for n in nodes if n is not None]
-        if not nodes:
-            return False
-        self.admission.on_clock(self.clock())
-        if self._capped and self.pages_admitted + len(hashes) > self.metadata.created:
-            return False
-        admit = self.admission.should_admit(
-            max(n.E for n in nodes) + extra_evictions, max(n.R for n in nodes), event
-        )
-        if admit:
-            self.pages_admitted += len(hashes)
-            self.admission.on_admitted(event, len(hashes) * self.page_bytes)
-            self._metrics.admitted(event.value)
-            logger.debug("saria: write %d pages to SSD at %s (E=%d R=%d)", len(hashes), event.value,
-                         max(n.E for n in nodes), max(n.R for n in nodes))
-        return admit
+    @property
+    def pages_admitted(self) -> int:
+        return self.sequencer.written_bytes // self.view.unit
+
+    def _counters(self, node: Any) -> ContextNode | None:
+        hashes = node.hash_value
+        return self.metadata.get(page_key(hashes[-1])) if hashes else None
+
+    def _begin(self) -> float:
+        """Every event: the store's removals since the last one, then the clock."""
+        lost = self._lost
+        if lost:
+            n = len(lost)
+            hashes = [lost.popleft() for _ in range(n)]
+            self.view.forget(hashes)
+            for h in hashes:
+                node = self.metadata.get(page_key(h))
+                if node is not None:
+                    self.sequencer.ssd_lost(node)
+        now = self.clock()
+        self.admission.on_clock(now)
+        return now
+
+    def _order(self, chain: list[Any] | None, event: AdmissionEvent) -> list[Any]:
+        """Count a decided chain's writes (the node's event, then closures) and mark them in flight."""
+        if not chain:
+            return []
+        unit = self.view.unit
+        for i, node in enumerate(chain):
+            ev = event if i == 0 else AdmissionEvent.CLOSURE
+            self.sequencer.written(ev, len(node.hash_value) * unit)
+            self._metrics.admitted(ev.value)
+        self.view.ordered(chain)
+        logger.debug("saria: write %d node(s) to SSD at %s", len(chain), event.value)
+        return chain
+
+    # ------------------------------------------------------------------ events
+    def on_store_evict(self, page_hashes: Iterable[str]) -> None:
+        """This rank's store dropped these pages (evicted for space, failed checksum), from any thread."""
+        if self._local_losses:
+            self._lost.extend(page_hashes)
+
+    def use_agreement(self, on_ssd: Callable[[str], bool], clock: Callable[[], float]) -> Callable[[Iterable[str]], None]:
+        """Several ranks: decide on their agreed SSD view and step clock (``rank_agreement.py``), and on
+        the removals they agreed; returns the callback those removals go to (this rank's own store
+        removals are ignored from now: another rank's store did not see them)."""
+        self.on_ssd, self.clock = on_ssd, clock
+        self._local_losses = False
+        return self._lost.extend
 
     def on_request_match(self, request_id: str, tree_core: Any, node_id: int) -> list[int]:
         """A request matched the path ending at ``node_id``: count its reuse once.
 
-        Returns the ids of path nodes to write now (their ``R`` just reached theta_R).
+        Returns the ids of nodes to write now (``R`` reached theta_R; with their unwritten prefix).
         """
         if request_id in self._requests_seen:
             return []
         self._requests_seen[request_id] = None
         if len(self._requests_seen) > _RECENT_REQUESTS:
             self._requests_seen.popitem(last=False)
-        now = self.clock()
-        to_write = []
-        for node in _path_to_root(tree_core, node_id):
+        now = self._begin()
+        view, seq, to_write = self.view, self.sequencer, []
+        for node in reversed(_path_to_root(tree_core, node_id)):  # root first, as the replay counts a request
             hashes = node.hash_value
             reached = self.metadata.record_use(
                 [page_key(h) for h in hashes], now, r_watch=self.admission.reuse_threshold
             )
-            if reached and not self.on_ssd(hashes[-1]) and self._admit(hashes, AdmissionEvent.REUSE):
-                to_write.append(node.id)
-        return to_write
+            if reached and self.writes_ssd and (view.location(node) & (DRAM | SSD)) == DRAM:
+                to_write += self._order(seq.reuse(view, node, self._counters(node)), AdmissionEvent.REUSE)
+        return [n.id for n in to_write]
 
-    def on_host_insert(self, hashes: Sequence[str]) -> bool:
-        """A node's pages reached host memory; True: write it to storage now.
+    def on_host_insert(self, tree_core: Any, node_id: int) -> list[int]:
+        """A node's pages reached host memory; returns the ids of nodes to write now.
 
-        A node already on SSD (an SSD hit promoted to host) was reloaded, not
-        recomputed: nothing to count or write.
+        A node already on SSD is not written again. An SSD hit promoted to host was counted
+        at its reload; stored pages recomputed instead (the prompt's last page, the rest
+        of a reload cut short, a store recovered at restart) get their counters now.
         """
-        if not hashes or self.on_ssd(hashes[-1]):
-            return False
-        self.metadata.record_use([page_key(h) for h in hashes], self.clock())
-        return self._admit(hashes, AdmissionEvent.INSERT)
+        node = tree_core.node_by_id(node_id)
+        hashes = node.hash_value
+        if not hashes:
+            return []
+        now = self._begin()
+        keys = [page_key(h) for h in hashes]
+        if self.on_ssd(hashes[-1]):
+            uncounted = [k for k in keys if self.metadata.get(k) is None]
+            if uncounted:
+                self.metadata.record_use(uncounted, now)
+            return []
+        self.metadata.record_use(keys, now)
+        if not self.writes_ssd or self.view.location(node) & SSD:
+            return []
+        return [n.id for n in self._order(self.sequencer.insert(self.view, node, self._counters(node)),
+                                          AdmissionEvent.INSERT)]
 
     def on_ssd_reload(self, hashes: Sequence[str]) -> None:
         """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit."""
-        self.metadata.record_use([page_key(h) for h in hashes], self.clock())
+        self.metadata.record_use([page_key(h) for h in hashes], self._begin())
 
     def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
         """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be
         evicted that would be admitted with this eviction counted (``E + 1``) start writing now,
-        so the write is off the reclaim path."""
+        so the write is off the reclaim path. Returns the nodes to write (with their unwritten prefix)."""
         cfg = self.config.admission
         if not (cfg.prewrite and self.admission.uses_eviction_count and self.writes_ssd):
             return []
-        chosen, pages = [], 0
+        self._begin()
+        head, pages = [], 0
         # The head of the eviction order only: an indexed tree (HostLeafOrder) reads it without
         # visiting every host leaf, so a prewrite per write-through ack stays off O(leaves).
         for node in eviction_head(host_leaves, priority, cfg.prewrite_depth_blocks):
@@ -160,26 +229,42 @@ class SariaHiCachePolicy:
             if pages >= cfg.prewrite_depth_blocks:
                 break
             pages += len(hashes or ())
-            if hashes and hashes[-1] not in self._deferred and not self.on_ssd(hashes[-1]):
-                if self._admit(hashes, AdmissionEvent.PREWRITE):
-                    chosen.append(node)
+            counters = self._counters(node)
+            if counters is not None and hashes[-1] not in self._deferred:
+                head.append((node, counters))
+        chosen: list[Any] = []
+        for chain in self.sequencer.prewrite(self.view, head):  # each marked in flight before the next decision
+            chosen += self._order(chain, AdmissionEvent.PREWRITE)
         return chosen
 
-    def on_host_evict(self, hashes: Sequence[str]) -> bool:
-        """A host leaf is the next to reclaim. True: reclaim now; False: write it first."""
-        if not hashes or not self.writes_ssd:
+    def on_host_evict(self, node: Any) -> tuple[bool, list[int]]:
+        """A host leaf is the next to reclaim: (reclaim now?, ids of nodes to write first)."""
+        hashes = node.hash_value or []
+        counters = self._counters(node)
+        if not hashes or not self.writes_ssd or counters is None:
             self._count_eviction(hashes)
-            return True
+            return True, []
         last = hashes[-1]
+        self._begin()
         if last in self._deferred:
             # The write had its chance (done, or failed: store full, I/O error); never block the reclaim twice.
             self._deferred.discard(last)
-        elif not self.on_ssd(last) and self._admit(hashes, AdmissionEvent.EVICT, extra_evictions=1):
-            self._deferred.add(last)
-            self.stats.deferred_evictions += 1
-            return False
+        elif not self.view.location(node) & SSD:
+            chain = self._order(self.sequencer.evict(self.view, node, counters), AdmissionEvent.EVICT)
+            if chain:
+                self._deferred.add(last)
+                self.stats.deferred_evictions += 1
+                return False, [n.id for n in chain]
         self._count_eviction(hashes)
-        return True
+        return True, []
+
+    def may_displace(self, promotion: PromotionController, leaf: Any) -> bool:
+        """Whether a promotion may displace this host leaf (the sequencer's rule, as in the replay)."""
+        loc = self.view.location(leaf)
+        counters = self._counters(leaf)
+        if loc is None or counters is None:
+            return True
+        return self.sequencer.may_displace(promotion, self.clock(), counters, bool(loc & SSD))
 
     def _count_eviction(self, hashes: Sequence[str]) -> None:
         now = self.clock()

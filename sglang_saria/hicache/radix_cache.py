@@ -240,7 +240,7 @@ class SariaRadixCache(UnifiedRadixCache):
             return
         agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
         backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
-        policy.on_ssd, policy.clock = agreement.on_ssd, agreement.clock
+        agreement.on_removed = policy.use_agreement(agreement.on_ssd, agreement.clock)
         self._agreement = agreement
         logger.info(
             "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
@@ -776,23 +776,18 @@ class SariaRadixCache(UnifiedRadixCache):
         return min(want, self._host_headroom_pages(ctrl, want)) * page
 
     def _host_headroom_pages(self, ctrl: PromotionController, want: int) -> int:
-        """Free host pages plus the pages of the host leaves next in eviction order that are not
-        reused within P_tau, counted up to ``want`` (not a scan of every host leaf per reload)."""
+        """Free host pages plus the pages of the host leaves next in eviction order that a promotion
+        may displace (not reused within P_tau; robust rule: on SSD), counted up to ``want`` (not a
+        scan of every host leaf per reload)."""
         host_pool = self.cache_controller.mem_pool_host
         free = host_pool.available_size() // self.page_size
         if free >= want:
             return free
         policy = self._policy()
-        now = policy.clock()
-
-        def may_displace(leaf: Any) -> bool:
-            hashes = leaf.hash_value or []
-            info = policy.metadata.get(page_key(hashes[-1])) if hashes else None
-            return info is None or ctrl.evictable(now, info.t_reuse)
-
         tree = self.tree_core
         return free + displaceable_pages(
-            tree.evictable_host_leaves, tree.eviction_strategy.get_priority, want - free, may_displace
+            tree.evictable_host_leaves, tree.eviction_strategy.get_priority, want - free,
+            lambda leaf: policy.may_displace(ctrl, leaf),
         )
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:

@@ -73,6 +73,8 @@ class RankAgreement:
         self._pending: OrderedDict[str, float] = OrderedDict()  # page hash -> step clock at request
         self._removed: list[str] = []  # this rank's store removals since the last step
         self._lock = threading.Lock()  # `evicted` runs on store threads
+        #: told the pages some store removed, at the step that agreed it (the policy's lost copies)
+        self.on_removed: Callable[[Iterable[str]], None] | None = None
         self._agreed, self._now = self._seed(sorted(set(stored_pages())))
 
     # ---------------------------------------------------------------- the policy's inputs
@@ -125,6 +127,8 @@ class RankAgreement:
         if vec[1] > 0:
             gone = self._combine(removed, set.union)
             self._agreed.difference_update(page_key(h) for h in gone)
+            if self.on_removed is not None:
+                self.on_removed(sorted(gone))  # the same order on every rank
             logger.debug("saria rank agreement: %d page(s) left some rank's store", len(gone))
 
     # ---------------------------------------------------------------- collectives

@@ -94,8 +94,11 @@ def audit_tiers(
             audit.pages["host"] += len(hashes)
         ssd = [on_ssd(h) for h in hashes]
         audit.pages["ssd"] += sum(ssd)
-        # A just-computed device page gets its counters when it reaches host memory.
-        kept = [h for h, s in zip(hashes, ssd) if s or full.host_value is not None]
+        # Counters exist from the moment a page reaches host memory (policy.on_host_insert) or
+        # comes back from SSD (on_ssd_reload). A device-only page has none yet, even when the
+        # store holds it: SGLang recomputes a prompt's last page, and a reload cut short
+        # leaves stored pages to recompute; they are counted when they reach host memory.
+        kept = hashes if full.host_value is not None else []
         missing = [h for h in kept if metadata.get(page_key(h)) is None]
         if missing:
             audit.errors.append(f"node {node.id}: {len(missing)} of {len(hashes)} pages have no R/E/t_reuse counters")

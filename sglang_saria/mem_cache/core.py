@@ -14,17 +14,21 @@ from dataclasses import dataclass, field
 from itertools import compress, islice
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission, make_admission_policy
+from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import ROOT, ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
+from sglang_saria.mem_cache.tier_view import ReplayTierView
 from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
 from sglang_saria.model_specs import ModelSpec
 
 # module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
 _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
                                                 AdmissionEvent.PREWRITE, AdmissionEvent.CLOSURE)
+_WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
+                    _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
 
 
 @dataclass
@@ -38,7 +42,7 @@ class Actions:
 
 
 @dataclass
-class CoreStats:
+class CoreStats(RuleStats):
     """Counters the replay reports; the adapter exports the same as Prometheus metrics."""
 
     dram_evictions: int = 0
@@ -48,9 +52,7 @@ class CoreStats:
     evict_writes: int = 0
     insert_writes: int = 0
     closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
-    unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (robust rule)
     ssd_evicted_unread: int = 0  # SSD copies evicted before any read
-    credit_refused: int = 0  # admitted writes refused: total writes would pass the computed content (robust rule)
 
 
 class KeySet:
@@ -96,10 +98,12 @@ class SariaCore:
         self.stats = CoreStats()
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
-        # robust rule (docs/fidelity.md): threshold policies write prefix-closed chains, hybrid writes start at
-        # checkpoint nodes, and a copy lost from SSD spends the eviction evidence that admitted it
+        # every write is decided by the sequencer, which reads these tiers through the view (the SGLang
+        # adapter drives the same sequencer over its tree and store)
+        self.sequencer = WriteSequencer(self.admission, cfg.admission.rule, self.stats)
+        self.view = ReplayTierView(self.metadata, self._sizes, self.ssd, self.block_bytes, self.ckpt_bytes, self.hybrid)
         self._hbm: Container[int] = ()
-        self.robust = cfg.admission.rule == "robust" and isinstance(self.admission, ThresholdAdmission)
+        self.robust = self.sequencer.robust
         self.on_write: WriteHook | None = None
 
     # ---------------------------------------------------------------- lookup
@@ -146,10 +150,11 @@ class SariaCore:
         if reached:
             reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
             hbm = KeySet(keys) if self.robust else ()
+            seq, view = self.sequencer, self.view
             for k in reached:
                 node = nodes[k]
                 if node.fa_loc & DRAM and not node.fa_loc & SSD:
-                    self._admit(k, node, _REUSE, acts, pinned=reading, hbm=hbm)
+                    self._execute(seq.reuse(view, k, node, hbm), _REUSE, acts, reading)
         return plan, acts
 
     def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
@@ -181,7 +186,7 @@ class SariaCore:
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
             if writes_ssd and not node.fa_loc & SSD:
-                self._admit(k, node, _INSERT, acts)
+                self._execute(self.sequencer.insert(self.view, k, node, self._hbm), _INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
@@ -206,80 +211,22 @@ class SariaCore:
         """
         self.dram.access_resident(keys[n_hit - 1 :: -1])
 
-    def _admit(
-        self, key: int, node: ContextNode, event: AdmissionEvent, acts: Actions,
-        pinned: Collection[int] = frozenset(), hbm: Container[int] | None = None,
-    ) -> bool:
-        """Ask the policy about a node not on SSD and persist it if admitted; True if written.
-
-        Paper rule: the node alone. Robust rule: total SSD writes stay within the KV content
-        computed so far (write-through's minimum); on a hybrid model only checkpoint nodes start
-        a write (a block is reusable only up to a checkpoint); evictions before its last SSD
-        copy was evicted do not count again (a rewrite needs theta_E new ones); and the node is
-        written with every ancestor not yet on SSD (deepest first), so SSD content stays
-        prefix-closed. If an ancestor is on no tier, nothing is written: no request could reload it.
-        """
-        if not self.robust:
-            if not self.admission.should_admit(node.E, node.R, event):
-                return False
-            return self._write(key, node, acts, event, pinned)
-        if self.hybrid and node.ck_loc < 0:
-            return False
-        if not self.admission.should_admit(node.E - node.e_spent, node.R, event):
-            return False
-        chain = self._missing_prefix(key, node, self._hbm if hbm is None else hbm)
-        if chain is None:
-            self.stats.unusable_skipped += 1
+    def _execute(self, chain: list[int] | None, event: AdmissionEvent, acts: Actions,
+                 pinned: Collection[int] = frozenset()) -> bool:
+        """Write a chain the sequencer decided (the node, then the ancestors it closes over); True if
+        the node was written. A chain whose SSD room runs out stops there: ancestors written so far
+        stay (``_write``)."""
+        if not chain:
             return False
         nodes = self.metadata.nodes
-        tokens, nbytes = self._size(node)
-        extra = 0
-        if len(chain) > 1:
-            sizes = [self._size(nodes[k]) for k in chain[1:]]
-            if sum(t for t, _ in sizes) + tokens > self.ssd.capacity_tokens:
-                self.stats.unusable_skipped += 1
-                return False
-            extra = sum(b for _, b in sizes)
-            if not self.admission.affords(extra):
-                return False
-        if self.ssd.bytes_written + nbytes + extra > self._computed_bytes():
-            self.stats.credit_refused += 1
-            return False
+        if len(chain) == 1:
+            return self._write(chain[0], nodes[chain[0]], acts, event, pinned)
         pin = set(pinned)
-        pin.update(chain)
+        pin.update(chain)  # the chain's own prefix is never a victim of its writes
         for i, k in enumerate(chain):
-            ev = event if i == 0 else _CLOSURE
-            if not self._write(k, nodes[k], acts, ev, pin):
+            if not self._write(k, nodes[k], acts, event if i == 0 else _CLOSURE, pin):
                 return i > 0
         return True
-
-    def _computed_bytes(self) -> int:
-        """Bytes of the distinct KV content computed so far: what write-through writes at least once.
-
-        Robust threshold policies never write more in total, so a policy that saves writes cannot
-        out-write full duplicate even when load makes its SSD churn (docs/fidelity.md).
-        """
-        md = self.metadata
-        return md.created * self.block_bytes + md.created_checkpoints * self.ckpt_bytes
-
-    def _missing_prefix(self, key: int, node: ContextNode, hbm: Container[int]) -> list[int] | None:
-        """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of
-        them has no copy to write from (neither DRAM nor the current request's GPU blocks)."""
-        nodes = self.metadata.nodes
-        chain = [key]
-        p = node.parent
-        while p != ROOT:
-            pn = nodes.get(p)
-            if pn is None:
-                return None
-            loc = pn.fa_loc
-            if loc & SSD:
-                break
-            if not loc & DRAM and p not in hbm:
-                return None
-            chain.append(p)
-            p = pn.parent
-        return chain
 
     def _write(
         self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent, pinned: Collection[int] = frozenset()
@@ -294,7 +241,7 @@ class SariaCore:
         if tokens > ssd.capacity_tokens:
             return False
         nodes = self.metadata.nodes
-        robust = self.robust
+        seq = self.sequencer
         while ssd.free_tokens < tokens:
             victim = next((v for v in ssd.victims() if v not in pinned), None) if pinned else ssd.victim()
             if victim is None:
@@ -302,8 +249,7 @@ class SariaCore:
             vn = nodes[victim]
             if ssd.unread(victim):
                 self.stats.ssd_evicted_unread += 1
-            if robust:
-                vn.e_spent = vn.E
+            seq.ssd_lost(vn)
             ssd.remove(victim)
             vn.fa_loc &= ~SSD
             if vn.ck_loc >= 0:
@@ -317,31 +263,26 @@ class SariaCore:
         if node.ck_loc >= 0:
             node.ck_loc |= SSD
         acts.ssd_writes.append(key)
-        self.admission.on_admitted(event, nbytes)
-        st = self.stats
-        if event is _EVICT:
-            st.evict_writes += 1
-        elif event is _REUSE:
-            st.reuse_writes += 1
-        elif event is _PREWRITE:
-            st.prewrites += 1
-        elif event is _CLOSURE:
-            st.closure_writes += 1
-        else:
-            st.insert_writes += 1
+        seq.written(event, nbytes)
+        counter = _WRITES_BY_EVENT[event]
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True
 
     def _evict_dram(self, need_tokens: int, acts: Actions) -> None:
-        """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim."""
+        """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim.
+
+        The sequencer decides with this eviction counted; the eviction is counted (``E += 1``) before
+        the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim)."""
         dram = self.dram
         nodes = self.metadata.nodes
         writes_ssd = self.admission.writes_ssd
+        seq, view = self.sequencer, self.view
         while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
+            chain = seq.evict(view, k, node, self._hbm) if writes_ssd and not node.fa_loc & SSD else None
             node.E += 1
-            if writes_ssd and not node.fa_loc & SSD:
-                self._admit(k, node, _EVICT, acts)
+            self._execute(chain, _EVICT, acts)
             dram.remove(k)
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
@@ -370,12 +311,11 @@ class SariaCore:
         need = sum(self._size(nodes[k])[0] for k in chosen)
         budget = self.dram.free_tokens
         if budget < need:
-            # headroom: LRU-end blocks that promotion may displace (not reused within P_tau)
-            # robust rule: a replica of an SSD block never displaces a block SSD does not hold
-            need_ssd = SSD if self.robust else 0
+            # headroom: LRU-end blocks that promotion may displace (the sequencer's rule, as in SGLang)
+            seq, ctrl = self.sequencer, self.promotion
             for k in self.dram.victims():
                 node = nodes[k]
-                if not self.promotion.evictable(now, node.t_reuse) or (node.fa_loc & need_ssd) != need_ssd:
+                if not seq.may_displace(ctrl, now, node, bool(node.fa_loc & SSD)):
                     break
                 budget += self.dram.size_of(k)[0]
                 if budget >= need:
@@ -400,17 +340,9 @@ class SariaCore:
             self.stats.promoted_blocks += 1
 
     def _prewrite_scan(self, acts: Actions) -> None:
-        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction.
-
-        Most LRU-end nodes are below the policy's thresholds at every scan, so those are left out
-        first. Such a node stays out of reach for the whole scan (its ``E`` and ``R`` do not
-        change, writes only lower a budget): ``_admit`` would refuse it anyway.
-        """
+        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
+        written before the next is decided)."""
         nodes = self.metadata.nodes
-        r_min, e_min = self.admission.thresholds(_PREWRITE)  # E bounds the robust rule's E - e_spent too
-        due = [k for k in islice(self.dram.victims(), self._prewrite_depth)
-               if not (node := nodes[k]).fa_loc & SSD and (node.R >= r_min or node.E >= e_min)]
-        for k in due:  # asked one by one: a write budget may run out mid-scan, a closure may cover later ones
-            node = nodes[k]
-            if not node.fa_loc & SSD:
-                self._admit(k, node, _PREWRITE, acts)
+        head = ((k, nodes[k]) for k in islice(self.dram.victims(), self._prewrite_depth))
+        for chain in self.sequencer.prewrite(self.view, head, self._hbm):
+            self._execute(chain, _PREWRITE, acts)

@@ -29,6 +29,12 @@ class Leaf:
     id: int
     hash_value: list[str]
     last_access_time: int = field(default_factory=lambda: next(_clock))
+    parent: "Leaf | None" = None  # under the root
+    backuped: bool = True
+
+    def node_by_id(self, node_id: int) -> "Leaf":  # a one-node tree, for the policy's insert hook
+        assert node_id == self.id
+        return self
 
 
 def lru(node: Leaf) -> int:
@@ -63,21 +69,26 @@ def test_walk_leaves_the_order_intact_after_an_early_stop():
 
 
 def test_prewrite_picks_the_leaves_the_full_scan_picks():
-    policy = SariaHiCachePolicy(
-        SariaConfig.from_dict({"admission": {"policy": "eviction:E2", "prewrite_depth_blocks": 12}}),
-        16, lambda h: False, clock=lambda: 100.0,
-    )
     leaves = [Leaf(i, [f"{i:02x}{p}" + "0" * 61 for p in range(1 + i % 3)]) for i in range(40)]
-    for leaf in leaves:
-        policy.on_host_insert(leaf.hash_value)
-        if leaf.id % 4 != 1:
-            assert policy.on_host_evict(leaf.hash_value)  # E = 1: qualifies for E2 at its next eviction
-            policy.on_host_insert(leaf.hash_value)
+
+    def policy_after_one_eviction() -> SariaHiCachePolicy:
+        policy = SariaHiCachePolicy(
+            SariaConfig.from_dict({"admission": {"policy": "eviction:E2", "prewrite_depth_blocks": 12}}),
+            16, lambda h: False, clock=lambda: 100.0,
+        )
+        for leaf in leaves:
+            policy.on_host_insert(leaf, leaf.id)
+            if leaf.id % 4 != 1:
+                assert policy.on_host_evict(leaf) == (True, [])  # E = 1: qualifies for E2 at its next eviction
+                policy.on_host_insert(leaf, leaf.id)
+        return policy
+
     for leaf in leaves[::3]:
         leaf.last_access_time = next(_clock)  # reused: moves away from the eviction end
     order = HostLeafOrder(leaves, lru, indexed=True)
-    indexed = [n.id for n in policy.prewrite_candidates(order, lru)]
-    full = [n.id for n in policy.prewrite_candidates(set(leaves), lru)]
+    # two policies: a prewrite marks its writes in flight, so a second scan would skip them
+    indexed = [n.id for n in policy_after_one_eviction().prewrite_candidates(order, lru)]
+    full = [n.id for n in policy_after_one_eviction().prewrite_candidates(set(leaves), lru)]
     assert indexed == full and indexed, "same leaves, same order as heapq.nsmallest over every leaf"
 
 

@@ -13,13 +13,14 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 
 
-@dataclass
+@dataclass(eq=False)
 class Node:
     """The fields of SGLang's UnifiedTreeNode that the policy reads."""
 
     id: int
     hash_value: list[str]
     parent: "Node | None" = None
+    backuped: bool = True  # a host copy (write-through done)
 
 
 @dataclass
@@ -32,6 +33,24 @@ class Tree:
 
     def node_by_id(self, node_id: int) -> Node:
         return self.nodes[node_id]
+
+
+def one_node(hashes: list[str] | None = None) -> tuple[Tree, Node]:
+    """A tree with one node under the root."""
+    tree = Tree()
+    return tree, tree.add(1, hashes or PAGES, tree.add(0, [], None))
+
+
+def insert(policy: SariaHiCachePolicy, tree: Tree, node: Node) -> bool:
+    """The write-through ack hook; True if it writes the node."""
+    return policy.on_host_insert(tree, node.id) == [node.id]
+
+
+def evict(policy: SariaHiCachePolicy, node: Node) -> bool:
+    """The host eviction gate; True: reclaimed now, False: the node is written first."""
+    reclaim, writes = policy.on_host_evict(node)
+    assert reclaim == (writes == [])
+    return reclaim
 
 
 def make_policy(name: str, on_ssd: set[str] | None = None) -> SariaHiCachePolicy:
@@ -50,38 +69,41 @@ PAGES = ["a" * 64, "b" * 64]
 
 def test_full_duplicate_writes_every_node_at_insert():
     policy = make_policy("full-duplicate")
-    assert policy.on_host_insert(PAGES)
+    assert insert(policy, *one_node())
     assert policy.admission.admitted["insert"] == 1
 
 
 def test_none_never_writes_and_reclaims_at_once():
     policy = make_policy("none")
-    assert not policy.on_host_insert(PAGES)
-    assert policy.on_host_evict(PAGES)
+    tree, node = one_node()
+    assert not insert(policy, tree, node)
+    assert evict(policy, node)
     assert counters(policy, PAGES[0]) == (1, 0)
 
 
 def test_block_evicted_twice_is_written_before_its_second_reclaim_under_E2():
     on_ssd: set[str] = set()
     policy = make_policy("eviction:E2", on_ssd)
-    assert not policy.on_host_insert(PAGES)
-    assert policy.on_host_evict(PAGES)  # first eviction: E=1, reclaimed, not written
+    tree, node = one_node()
+    assert not insert(policy, tree, node)
+    assert evict(policy, node)  # first eviction: E=1, reclaimed, not written
     assert counters(policy, PAGES[0]) == (1, 0)
-    policy.on_host_insert(PAGES)  # recomputed later: R += 1
+    insert(policy, tree, node)  # recomputed later: R += 1
     assert counters(policy, PAGES[0]) == (1, 1)
-    assert not policy.on_host_evict(PAGES)  # would be E=2: write first, reclaim later
+    assert not evict(policy, node)  # would be E=2: write first, reclaim later
     assert counters(policy, PAGES[0]) == (1, 1), "E counts reclaims, not deferred attempts"
     on_ssd.update(PAGES)  # the write completed
-    assert policy.on_host_evict(PAGES)
+    assert evict(policy, node)
     assert counters(policy, PAGES[0]) == (2, 1)
     assert policy.admission.admitted["evict"] == 1
 
 
 def test_failed_write_before_reclaim_does_not_pin_host_memory():
     policy = make_policy("eviction:E1")  # the store never gets the pages (full, I/O errors)
-    policy.on_host_insert(PAGES)
-    assert not policy.on_host_evict(PAGES)  # write first
-    assert policy.on_host_evict(PAGES), "the write failed: reclaim anyway instead of retrying forever"
+    tree, node = one_node()
+    insert(policy, tree, node)
+    assert not evict(policy, node)  # write first
+    assert evict(policy, node), "the write failed: reclaim anyway instead of retrying forever"
     assert counters(policy, PAGES[0]) == (1, 0)
 
 
@@ -91,8 +113,8 @@ def test_request_reuse_counts_once_and_triggers_write_at_theta_R():
     system = tree.add(1, PAGES, root)
     history = tree.add(2, ["c" * 64], system)
     policy = make_policy("reuse:R2")
-    policy.on_host_insert(system.hash_value)
-    policy.on_host_insert(history.hash_value)
+    insert(policy, tree, system)
+    insert(policy, tree, history)
     assert policy.on_request_match("req-1", tree, history.id) == []
     assert policy.on_request_match("req-1", tree, history.id) == [], "a request counts once"
     assert counters(policy, PAGES[0]) == (0, 1)
@@ -104,7 +126,7 @@ def test_reuse_write_skips_nodes_already_on_ssd():
     tree = Tree()
     node = tree.add(1, PAGES, tree.add(0, [], None))
     policy = make_policy("reuse:R1", on_ssd=set(PAGES))
-    policy.on_host_insert(PAGES)
+    insert(policy, tree, node)
     assert policy.on_request_match("req-1", tree, node.id) == []
 
 
@@ -135,14 +157,16 @@ def test_budget_policy_admits_within_the_drive_rating_only():
     policy = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, page_bytes=512,
                                 ssd_capacity_bytes=86_400_000, clock=lambda: now[0])
     # distinct page keys (page_key reads the first 16 hex digits), as SGLang's chained page hashes are
-    nodes = [[f"{n:016x}" + "0" * 48, f"{n + 1000:016x}" + "0" * 48] for n in range(40)]
+    tree = Tree()
+    root = tree.add(0, [], None)
+    nodes = [tree.add(n + 1, [f"{n:016x}" + "0" * 48, f"{n + 1000:016x}" + "0" * 48], root) for n in range(40)]
     for step in range(2000):
         now[0] = step * 0.05
-        pages = nodes[step % len(nodes)]
-        policy.on_host_insert(pages)
-        if not policy.on_host_evict(pages):
-            stored.update(pages)  # the write-before-reclaim completed
-            assert policy.on_host_evict(pages)
+        node = nodes[step % len(nodes)]
+        insert(policy, tree, node)
+        if not evict(policy, node):
+            stored.update(node.hash_value)  # the write-before-reclaim completed
+            assert evict(policy, node)
     admitted = policy.admission.bytes_admitted
     assert 0 < admitted <= 1000 * now[0] + 2 * 512, "writes stay under rate x time (+ one node)"
 
@@ -154,10 +178,10 @@ def prewrite_choice(admission: dict) -> tuple[list[int], SariaHiCachePolicy]:
     once_evicted, fresh, later = (tree.add(i, [c * 64], root) for i, c in ((1, "d"), (2, "e"), (3, "f")))
     policy = SariaHiCachePolicy(SariaConfig.from_dict({"admission": admission}), 16, lambda h: False)
     for node in (once_evicted, fresh, later):
-        policy.on_host_insert(node.hash_value)
+        insert(policy, tree, node)
     for node in (once_evicted, later):
-        assert policy.on_host_evict(node.hash_value)  # E = 1
-        policy.on_host_insert(node.hash_value)  # back in host memory
+        assert evict(policy, node)  # E = 1
+        insert(policy, tree, node)  # back in host memory
     order = {1: 0, 2: 1, 3: 2}  # host eviction priority: lowest goes first
     chosen = policy.prewrite_candidates([later, fresh, once_evicted], lambda n: order[n.id])
     return [n.id for n in chosen], policy
@@ -174,15 +198,35 @@ def test_prewrite_starts_writes_for_leaves_next_in_line_that_would_qualify():
 def test_threshold_policy_never_admits_more_pages_than_were_computed():
     # E1 rewrites a node at every reclaim while the store keeps losing it (on_ssd stays False)
     policy = make_policy("eviction:E1")
-    assert policy.on_host_insert(PAGES) is False  # 2 pages computed
-    assert policy.on_host_evict(PAGES) is False  # E+1 = 1 qualifies: write first (2 pages admitted)
-    assert policy.on_host_evict(PAGES) is True  # the deferred reclaim goes
-    policy.on_host_insert(PAGES)  # recomputed: no new pages, so no new write allowance
-    assert policy.on_host_evict(PAGES) is True  # qualifies again, but 2 more pages would pass 2 computed
+    tree, node = one_node()
+    assert insert(policy, tree, node) is False  # 2 pages computed
+    assert evict(policy, node) is False  # E+1 = 1 qualifies: write first (2 pages admitted)
+    policy.on_store_evict(PAGES)  # the store lost the write (and its evidence: E1 needs 1 new eviction)
+    assert evict(policy, node) is True  # the deferred reclaim goes
+    insert(policy, tree, node)  # recomputed: no new pages, so no new write allowance
+    assert evict(policy, node) is True  # qualifies again, but 2 more pages would pass 2 computed
     assert policy.pages_admitted == 2
     paper = SariaHiCachePolicy(SariaConfig.from_dict({"admission": {"policy": "eviction:E1", "rule": "paper"}}),
                                page_size=16, on_ssd=set().__contains__, clock=lambda: 100.0)
-    paper.on_host_insert(PAGES)
-    assert paper.on_host_evict(PAGES) is False and paper.on_host_evict(PAGES) is True
-    paper.on_host_insert(PAGES)
-    assert paper.on_host_evict(PAGES) is False  # the paper rule writes it again
+    insert(paper, tree, node)
+    assert evict(paper, node) is False
+    paper.on_store_evict(PAGES)
+    assert evict(paper, node) is True
+    insert(paper, tree, node)
+    assert evict(paper, node) is False  # the paper rule writes it again
+
+
+def test_stored_pages_reaching_host_are_counted_once_and_not_rewritten():
+    """A page the store holds reaches host memory: reloaded and promoted (counted at its
+    reload: not again), or recomputed (SGLang computes a prompt's last page; a store
+    recovered at restart): counted now, so the tier audit finds counters for it."""
+    policy = make_policy("full-duplicate", on_ssd=set(PAGES))
+    tree = Tree()
+    node = tree.add(1, PAGES, None)
+    policy.on_ssd_reload(PAGES[:1])
+    policy.on_ssd_reload(PAGES[:1])
+    assert counters(policy, PAGES[0]) == (0, 1)
+    assert not insert(policy, tree, node), "a stored page is not written again"
+    assert counters(policy, PAGES[0]) == (0, 1), "the reloads counted it; its promotion does not"
+    assert policy.metadata.get(page_key(PAGES[1])) is not None, "the recomputed page has counters"
+    assert policy.admission.admitted.get("insert", 0) == 0

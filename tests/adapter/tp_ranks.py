@@ -32,7 +32,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ import torch.distributed as dist
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.hicache.rank_agreement import RankAgreement
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.store import SariaStore
 
@@ -65,13 +65,14 @@ SHARED_AT_START = [page_hash("restart-shared-0"), page_hash("restart-shared-1")]
 ONLY_ON_RANK = [page_hash("restart-rank0-only"), page_hash("restart-rank1-only")]
 
 
-@dataclass
+@dataclass(eq=False)
 class Node:
     """The fields of SGLang's tree node that the policy reads."""
 
     id: int
     hash_value: list[str]
     parent: Optional["Node"] = None
+    backuped: bool = False  # a host copy
 
 
 @dataclass
@@ -198,13 +199,12 @@ class Rank:
         admission = {"policy": "combined:E2R2", "rule": "paper", "prewrite_depth_blocks": 4}
         config = SariaConfig.from_dict({"admission": admission})
         self.agreement: Optional[RankAgreement] = None
-        on_ssd: Callable[[str], bool] = self.store.exists
-        clock: Callable[[], float] = time.monotonic
+        self.policy = SariaHiCachePolicy(config, page_size=16, on_ssd=self.store.exists, page_bytes=PAGE_BYTES)
+        self.store.on_evict = self.policy.on_store_evict
         if agreed:
             self.agreement = RankAgreement(self.store.exists, self.store.keys, [dist.group.WORLD])
             self.store.on_evict = self.agreement.evicted
-            on_ssd, clock = self.agreement.on_ssd, self.agreement.clock
-        self.policy = SariaHiCachePolicy(config, page_size=16, on_ssd=on_ssd, page_bytes=PAGE_BYTES, clock=clock)
+            self.agreement.on_removed = self.policy.use_agreement(self.agreement.on_ssd, self.agreement.clock)
         self.promotion = PromotionController("saria", 0.4, P_TAU_S, 1.0)
         self.backup = BackupThread(self.store, lag_s if rank == 1 else 0.0)
         self.issued: list[int] = []  # node of each write operation, in issue order
@@ -242,9 +242,10 @@ class Rank:
                 self.write(step, "reuse", node_id)
         for node_id in chain:
             self.host[node_id] = step
+            self.tree.node_by_id(node_id).backuped = True
         for node_id in chain[hit:]:
-            if self.policy.on_host_insert(self.tree.node_by_id(node_id).hash_value):
-                self.write(step, "insert", node_id)
+            for write_id in self.policy.on_host_insert(self.tree, node_id):
+                self.write(step, "insert", write_id)
         for node in self.policy.prewrite_candidates(self.evictable_leaves(), self.priority):
             self.write(step, "prewrite", node.id)
 
@@ -257,20 +258,19 @@ class Rank:
                 return
             node = min(leaves, key=self.priority)
             asked.add(node.id)
-            reclaim = self.policy.on_host_evict(node.hash_value)
+            reclaim, writes = self.policy.on_host_evict(node)
             self.log.gate.append([step, node.id, reclaim])
             if reclaim:
                 del self.host[node.id]
-            else:
-                self.write(step, "before_reclaim", node.id)
+                node.backuped = False
+            for write_id in writes:
+                self.write(step, "before_reclaim", write_id)
 
     def promotion_count(self) -> int:
         """`SariaRadixCache._promotion_tokens` over this tree: target capped by host headroom."""
-        now = self.policy.clock()
         headroom = HOST_CAP_NODES * 2 - 2 * len(self.host)
         for leaf in self.evictable_leaves():
-            info = self.policy.metadata.get(page_key(leaf.hash_value[-1]))
-            if info is None or self.promotion.evictable(now, info.t_reuse):
+            if self.policy.may_displace(self.promotion, leaf):
                 headroom += len(leaf.hash_value)
         return min(self.promotion.target_blocks(12, 2, 10), max(0, headroom))
 

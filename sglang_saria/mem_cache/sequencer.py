@@ -1,0 +1,150 @@
+"""The one write sequencer: every SSD write of both drivers is decided here (paper 4.2, robust rule).
+
+Drivers report events on nodes not yet on SSD; the sequencer answers with the nodes to write,
+deepest first (the node, then the ancestors its write closes over), or nothing:
+
+| event | driver calls | asked with |
+|---|---|---|
+| a recomputed node reaches DRAM | ``insert`` | ``R`` |
+| ``R`` just reached ``theta_R`` while in DRAM | ``reuse`` | ``R`` |
+| DRAM is about to reclaim the node (write-before-reclaim) | ``evict`` | ``E + 1`` (this eviction counted) |
+| the node is among the next to be reclaimed | ``prewrite`` | ``E + 1`` (its next eviction) |
+| an SSD copy was lost (evicted, dropped) | ``ssd_lost`` | - |
+| a promotion needs DRAM room: may this node go? | ``may_displace`` | ``t_reuse``, on SSD |
+
+A driver counts the eviction itself (``E += 1``) when it reclaims the DRAM copy: the replay at
+once, SGLang after the write it deferred the reclaim for. Under the robust rule (threshold
+policies, ``admission.rule = "robust"``) a write closes over every ancestor not on SSD, starts
+only at checkpoint nodes on hybrid models, is skipped when an ancestor is on no tier, needs
+``theta_E`` evictions since the node's last SSD copy was lost, and total writes stay within
+the computed content (docs/fidelity.md). The tiers are read through a ``TierView``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Hashable, Iterable, Iterator
+from dataclasses import dataclass
+
+from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy, ThresholdAdmission
+from sglang_saria.mem_cache.metadata import ContextNode
+from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.tier_view import TierView
+from sglang_saria.mem_cache.tiers import DRAM, SSD
+
+_INSERT, _REUSE, _EVICT, _PREWRITE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
+                                      AdmissionEvent.PREWRITE)
+
+
+@dataclass
+class RuleStats:
+    """Writes the robust rule refused."""
+
+    unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (or the chain passes SSD)
+    credit_refused: int = 0  # total writes would pass the computed content
+
+
+class WriteSequencer:
+    """Decides which nodes to write to SSD at each event, for any ``TierView``."""
+
+    def __init__(self, admission: AdmissionPolicy, rule: str, stats: RuleStats | None = None) -> None:
+        self.admission = admission
+        self.robust = rule == "robust" and isinstance(admission, ThresholdAdmission)
+        self.stats = stats if stats is not None else RuleStats()
+        self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
+
+    # ------------------------------------------------------------------ events
+    def insert(self, view: TierView, key: Hashable, node: ContextNode, hbm: Container = ()) -> list | None:
+        return self.admit(view, key, node, _INSERT, hbm=hbm)
+
+    def reuse(self, view: TierView, key: Hashable, node: ContextNode, hbm: Container = ()) -> list | None:
+        return self.admit(view, key, node, _REUSE, hbm=hbm)
+
+    def evict(self, view: TierView, key: Hashable, node: ContextNode, hbm: Container = ()) -> list | None:
+        """Write-before-reclaim: asked as if this eviction were counted already."""
+        return self.admit(view, key, node, _EVICT, evictions=1, hbm=hbm)
+
+    def prewrite(self, view: TierView, head: Iterable[tuple[Hashable, ContextNode]],
+                 hbm: Container = ()) -> Iterator[list]:
+        """Writes for the nodes next to be reclaimed (``head``, in eviction order) that would qualify at
+        their next eviction. Lazy: a driver executes each write before the next is decided (a closure
+        may cover a later candidate, a budget may run out).
+
+        Most candidates are below the thresholds at every scan; those are left out first (their
+        ``E`` and ``R`` do not change during the scan).
+        """
+        r_min, e_min = self.admission.thresholds(_PREWRITE)  # E bounds the robust rule's E - e_spent too
+        due = [(k, n) for k, n in head if not view.location(k) & SSD and (n.R >= r_min or n.E >= e_min)]
+        for k, n in due:
+            if not view.location(k) & SSD:
+                chain = self.admit(view, k, n, _PREWRITE, hbm=hbm)
+                if chain:
+                    yield chain
+
+    def ssd_lost(self, node: ContextNode) -> None:
+        """A node's SSD copy is gone: under the robust rule the evictions that admitted it are spent."""
+        if self.robust:
+            node.e_spent = node.E
+
+    def may_displace(self, promotion: PromotionController, now: float, node: ContextNode, on_ssd: bool) -> bool:
+        """Whether a promotion may displace a DRAM node (paper 4.4): not reused within ``P_tau``, and
+        under the robust rule held by SSD (a replica never displaces the only copy)."""
+        return (on_ssd or not self.robust) and promotion.evictable(now, node.t_reuse)
+
+    def written(self, event: AdmissionEvent, nbytes: int) -> None:
+        """A driver executed (or ordered) one write of ``nbytes`` for ``event``."""
+        self.written_bytes += nbytes
+        self.admission.on_admitted(event, nbytes)
+
+    # ------------------------------------------------------------------ the rule
+    def admit(self, view: TierView, key: Hashable, node: ContextNode, event: AdmissionEvent,
+              evictions: int = 0, hbm: Container = ()) -> list | None:
+        """The nodes to write for a node not on SSD, ``key`` first then ancestors deepest first; None: none.
+
+        Paper rule: the node alone. Robust rule: on a hybrid model only checkpoint nodes start a
+        write; evictions before its last SSD copy was lost do not count again; the node goes with
+        every ancestor not yet on SSD, so SSD content stays prefix-closed, unless an ancestor has no
+        copy to write from (DRAM, or ``hbm``: the current request's GPU blocks) or the chain cannot
+        fit; total writes stay within the computed content (write-through's minimum).
+        """
+        if not self.robust:
+            return [key] if self.admission.should_admit(node.E + evictions, node.R, event) else None
+        if view.hybrid and not view.has_checkpoint(key):
+            return None
+        if not self.admission.should_admit(node.E + evictions - node.e_spent, node.R, event):
+            return None
+        chain = self._missing_prefix(view, key, hbm)
+        if chain is None:
+            self.stats.unusable_skipped += 1
+            return None
+        tokens, nbytes = view.size(key)
+        extra = 0
+        if len(chain) > 1:
+            sizes = [view.size(k) for k in chain[1:]]
+            if sum(t for t, _ in sizes) + tokens > view.ssd_capacity_tokens:
+                self.stats.unusable_skipped += 1
+                return None
+            extra = sum(b for _, b in sizes)
+            if not self.admission.affords(extra):
+                return None
+        if self.written_bytes + nbytes + extra > view.computed_bytes():
+            self.stats.credit_refused += 1
+            return None
+        return chain
+
+    @staticmethod
+    def _missing_prefix(view: TierView, key: Hashable, hbm: Container) -> list | None:
+        """``key`` and its ancestors up to the first one on SSD, deepest first; None if one of them
+        has no copy to write from."""
+        chain = [key]
+        p = view.parent(key)
+        while p is not None:
+            loc = view.location(p)
+            if loc is None:
+                return None
+            if loc & SSD:
+                break
+            if not loc & DRAM and p not in hbm:
+                return None
+            chain.append(p)
+            p = view.parent(p)
+        return chain
