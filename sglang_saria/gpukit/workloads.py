@@ -153,3 +153,64 @@ def staged(store: SariaStore, pools: Pools, reloader: DeviceReloader, keys: list
     host_slots = torch.cat([torch.arange(PAGE) + p * PAGE for p in host_pages])
     outcome = reloader.load([], slots[:0], host_slots, slots)
     assert outcome.ok, outcome.reason
+
+
+@dataclass
+class _StateInfo:
+    """The device tensors of a `MambaStateBufferInfo`: [layer, slot, *shape]."""
+
+    temporal: torch.Tensor
+    conv: tuple[torch.Tensor, ...]
+
+
+class HybridPools:
+    """A hybrid model's pools as SGLang lays them out: `HybridLinearKVPool` (its FA layers in
+    ``full_kv_pool`` behind ``full_attention_layer_id_mapping``, here FA every 4th model layer),
+    the device mamba pool (fp32 temporal, bf16 conv) and a page_first `MambaPoolHost`, for
+    reloads of FA pages plus the GDN checkpoint at their end."""
+
+    layout = "page_first"  # the mamba host pool's
+    page_size = 1
+    slot_state_device_tensors = ()
+    mtp_draft_buffer_infos = ()
+
+    def __init__(self, pages: int, shape: ModelShape, device: str) -> None:
+        s = shape
+        self.full_kv_pool = Pools(pages, s.fa_layers, device)
+        self.full_attention_layer_id_mapping = {4 * i + 3: i for i in range(s.fa_layers)}
+        temporal, conv = (s.value_heads, s.state_dim, s.state_dim), (s.conv_dim, s.conv_width)
+        self.buffer_info = _StateInfo(
+            torch.zeros(s.gdn_layers, 4, *temporal, dtype=torch.float32, device=device),
+            (torch.zeros(s.gdn_layers, 4, *conv, dtype=torch.bfloat16, device=device),),
+        )
+        self.temporal_buffer = torch.zeros(4, s.gdn_layers, 1, *temporal, dtype=torch.float32)
+        self.conv_buffer = [torch.zeros(4, s.gdn_layers, 1, *conv, dtype=torch.bfloat16)]
+        if device == "cuda":
+            self.temporal_buffer = self.temporal_buffer.pin_memory()
+            self.conv_buffer = [self.conv_buffer[0].pin_memory()]
+        self.shape = s
+
+    def get_size_per_token(self) -> int:
+        """Bytes of one checkpoint (a stored MAMBA sidecar page)."""
+        return self.temporal_buffer[0].numel() * 4 + self.conv_buffer[0][0].numel() * 2
+
+    def host_state_page(self, slot: int) -> list[torch.Tensor]:
+        """Host slot ``slot`` as the store reads a sidecar page into it (temporal, then conv)."""
+        return [self.temporal_buffer[slot].view(-1), self.conv_buffer[0][slot].view(-1)]
+
+
+def staged_hybrid(
+    store: SariaStore, pools: HybridPools, reloader: DeviceReloader, keys: list[str], state_key: str,
+    host_pages: list[int], slots: torch.Tensor, state_slot: int,
+) -> None:
+    """HiCache's hybrid path: the FA pages and the checkpoint read into the host pools, then
+    copied host -> device (the reloader's host gather: FA rows and the state in one launch)."""
+    from sglang_saria.hicache.device_reload import StateLoad
+
+    kv = pools.full_kv_pool.kv_buffer
+    futures = [store.get_async(k, [kv[0, p].view(-1), kv[1, p].view(-1)]) for k, p in zip(keys, host_pages)]
+    futures.append(store.get_async(state_key, pools.host_state_page(0)))
+    assert all(f.result().ok for f in futures)
+    host_slots = torch.cat([torch.arange(PAGE) + p * PAGE for p in host_pages])
+    outcome = reloader.load([], slots[:0], host_slots, slots, state=StateLoad(state_slot, host_slot=0))
+    assert outcome.ok and outcome.state_loaded, outcome.reason

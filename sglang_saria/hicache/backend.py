@@ -313,6 +313,16 @@ class SariaStorage(HiCacheStorage):
         """
         return self._ensure_store().get_async(self.storage_key(key), dest, host_check)
 
+    def read_state_async(self, key: str, dest: Any, host_check: bool = True) -> Any:
+        """Start reading the MAMBA sidecar (GDN checkpoint) of page `key` into `dest`; a
+        Future of its GetStatus. The hybrid direct reload stages it on the device pool's
+        device next to the page's FA rows (`hicache/gdn_state.py`)."""
+        return self._ensure_store().get_async(self.storage_key(key, PoolName.MAMBA.value), dest, host_check)
+
+    def state_exists(self, key: str) -> bool:
+        """Whether the store holds the MAMBA sidecar of page `key` (an index probe, no I/O)."""
+        return self._ensure_store().exists(self.storage_key(key, PoolName.MAMBA.value))
+
     def page_digest(self, key: str) -> Optional[int]:
         """The device digest recorded for KV page `key` (None: absent, or stored before index format 2)."""
         return self._ensure_store().digest_of(self.storage_key(key))

@@ -43,6 +43,7 @@ from typing import Any, Literal, Optional
 
 import torch
 
+from sglang_saria.hicache.gdn_state import StateRows, staging_page
 from sglang_saria.kernels.gather import RowMoves, gather_rows
 from sglang_saria.kernels.checksum import as_int64, kernel_runs_on, row_digests
 from sglang_saria.storage.store import GetStatus
@@ -94,6 +95,20 @@ class PageGeometry:
         return rows.reshape(-1)
 
 
+@dataclass(frozen=True)
+class StateLoad:
+    """A hybrid plan's GDN checkpoint: into device mamba ``slot``, from the store's sidecar
+    of page ``key`` (SSD) or from host pool slot ``host_slot`` (DRAM)."""
+
+    slot: int
+    key: Optional[str] = None
+    host_slot: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if (self.key is None) == (self.host_slot is None):
+            raise ValueError(f"a checkpoint comes from the store (key) or the host pool (host_slot), got {self}")
+
+
 @dataclass
 class ReloadOutcome:
     ok: bool
@@ -101,6 +116,24 @@ class ReloadOutcome:
     nbytes: int = 0
     reason: str = ""  # why it failed: the store's status ("miss", "corrupt", "io_error", ...) or "stopped"
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page hash, status) of failed reads
+    state_loaded: bool = False  # the plan's checkpoint is in its device slot (gathered with the last chunk)
+    state_failed: str = ""  # the store's status of a checkpoint read that failed ("" if none did)
+
+
+def fa_pool_of(device_pool: Any) -> Any:
+    """The pool holding a model's full-attention K/V buffers: the pool itself, or a hybrid
+    pool's ``full_kv_pool``. Its ``k_buffer[i]`` is the i-th full-attention layer in model
+    order (SGLang's ``full_attention_layer_id_mapping``: model layer id -> i), the order the
+    host pool's and so the stored pages' layers have; a mapping that is not that order is
+    refused rather than gathered into the wrong layers."""
+    inner = getattr(device_pool, "full_kv_pool", None)
+    if inner is None:
+        return device_pool
+    mapping = getattr(device_pool, "full_attention_layer_id_mapping", None) or {}
+    ids = sorted(mapping)
+    if [mapping[i] for i in ids] != list(range(len(ids))):
+        raise UnsupportedPoolLayout(f"full-attention layer mapping {mapping} is not in model layer order")
+    return inner
 
 
 class DeviceReloader:
@@ -117,6 +150,8 @@ class DeviceReloader:
         chunk_pages: int = DEFAULT_CHUNK_PAGES,
         page_digest: Optional[Callable[[str], Optional[int]]] = None,
         verify: Verify = "auto",
+        state_rows: Optional[StateRows] = None,
+        read_state: Optional[Callable[..., Any]] = None,
     ) -> None:
         """``read_page(page_hash, dest, host_check=True)`` starts one store read and returns a
         concurrent Future of its status (`SariaStore.get_async`).
@@ -127,7 +162,13 @@ class DeviceReloader:
         ``verify="device"``; a page without one (stored before index format 2) keeps the
         store's host check. ``chunk_pages``: pages per step; the staging (two chunks) is
         allocated here, once.
+
+        ``state_rows`` / ``read_state(page_hash, dest)``: a hybrid model's GDN checkpoints
+        (`gdn_state.StateRows`) and the store read of a page's MAMBA sidecar; a plan's
+        checkpoint then goes in the same gather as its last FA chunk (one page of state
+        staging, allocated here too).
         """
+        device_pool = fa_pool_of(device_pool)
         k_bufs = getattr(device_pool, "k_buffer", None)
         v_bufs = getattr(device_pool, "v_buffer", None)
         if not isinstance(k_bufs, list) or not isinstance(v_bufs, list) or not k_bufs:
@@ -166,6 +207,9 @@ class DeviceReloader:
             dtype=self.dtype,
             device=self.device,
         )
+        self.state_rows = state_rows
+        self.read_state = read_state
+        self._state_staging = staging_page(state_rows)
         self._lock = threading.Lock()
         # Destinations: token rows of every layer's K then V; page rows too for page_first_direct.
         self.destinations = k_bufs + v_bufs
@@ -202,8 +246,13 @@ class DeviceReloader:
 
     @property
     def staging_bytes(self) -> int:
-        """Bytes of staging this reloader holds (allocated at construction, never per load)."""
+        """Bytes of FA page staging this reloader holds (allocated at construction, never per load)."""
         return self._staging.numel() * self._staging.element_size()
+
+    @property
+    def state_staging_bytes(self) -> int:
+        """Bytes of GDN checkpoint staging (one sidecar page; 0 without state rows)."""
+        return 0 if self._state_staging is None else self._state_staging.numel()
 
     def _device_mismatches(self, pages: torch.Tensor, expected: Sequence[Optional[int]]) -> list[int]:
         """Indices of staged pages whose digest differs from the recorded one: one digest
@@ -238,9 +287,13 @@ class DeviceReloader:
         host_device_slots: Optional[torch.Tensor] = None,
         pace: Optional[Callable[[int], float]] = None,
         stop: Optional[Callable[[], bool]] = None,
+        state: Optional[StateLoad] = None,
     ) -> ReloadOutcome:
         """Read ``page_hashes`` into token slots ``slots`` (``page_size`` per page) and copy
-        host-pool slots ``host_slots`` to ``host_device_slots``, in one plan.
+        host-pool slots ``host_slots`` to ``host_device_slots``, in one plan; with
+        ``state`` (hybrid models), the plan's GDN checkpoint goes into its mamba slot in
+        the gather of the last chunk, from the store (read with the first chunk) or the
+        host pool, only if every page before it landed (`ReloadOutcome.state_loaded`).
 
         Pages move ``chunk_pages`` at a time through the reloader's staging (so a long
         prefix needs no prefix-sized buffer): read, verify (on the device, see the module
@@ -250,8 +303,12 @@ class DeviceReloader:
         before its page is scattered; the slots are fresh, so the caller just frees them.
         ``pages`` in the outcome counts SSD pages. Concurrent calls run one after another.
         """
+        if state is not None and self.state_rows is None:
+            raise ValueError("this reloader has no GDN state rows: a checkpoint needs state_rows")
+        if state is not None and state.key is not None and self.read_state is None:
+            raise ValueError("this reloader has no read_state: a stored checkpoint cannot be read")
         with self._lock:
-            return self._load(page_hashes, slots, host_slots, host_device_slots, pace, stop)
+            return self._load(page_hashes, slots, host_slots, host_device_slots, pace, stop, state)
 
     def _read_chunk(self, page_hashes: Sequence[str], start: int, chunk: int) -> tuple[list, list[Optional[int]]]:
         """Start the reads of the chunk at ``start`` into its staging buffer; their futures and
@@ -273,6 +330,7 @@ class DeviceReloader:
         host_device_slots: Optional[torch.Tensor],
         pace: Optional[Callable[[int], float]],
         stop: Optional[Callable[[], bool]],
+        state: Optional[StateLoad] = None,
     ) -> ReloadOutcome:
         n = len(page_hashes)
         g = self.geometry
@@ -288,6 +346,8 @@ class DeviceReloader:
         chunk = max(1, min(n, self.chunk_pages))
         slot_rows = slots.to("cpu", torch.int64).view(n, g.page_size)
         pending, digests = self._read_chunk(page_hashes, 0, chunk) if n else ([], [])
+        state_read = self._read_state(state)
+        state_loaded = False
         try:
             for start in range(0, max(n, 1), chunk):
                 count = min(chunk, n - start)
@@ -329,17 +389,49 @@ class DeviceReloader:
                     span = slice(host_done * g.page_size, due * g.page_size)
                     moves += self._host_moves(host_slots[span], host_dst[span])
                     host_done = due
+                sources, destinations = [buf, *self._host_sources], self.destinations
+                state_failed = ""
+                if state is not None and start + count >= n and not failed:
+                    status = state_read.result() if state_read is not None else None
+                    if status is not None and not status.ok:
+                        state_failed = status.value
+                    else:
+                        sources, destinations, state_moves = self._with_state(sources, destinations, state)
+                        moves += state_moves
+                        state_loaded = True
                 if moves:
-                    gather_rows([buf, *self._host_sources], self.destinations, moves)
-                if start + count < n and last:
+                    gather_rows(sources, destinations, moves)
+                if (start + count < n and last) or state_failed:
                     if self.device.type == "cuda":
                         torch.cuda.current_stream(self.device).synchronize()
                     landed = start + count
-                    reason = failed[0][1] if failed else "stopped"
-                    return ReloadOutcome(False, landed, landed * self.page_bytes, reason=reason, failed=failed)
+                    reason = failed[0][1] if failed else (f"state_{state_failed}" if state_failed else "stopped")
+                    return ReloadOutcome(
+                        False, landed, landed * self.page_bytes, reason=reason, failed=failed, state_failed=state_failed
+                    )
         finally:
             # A read still in flight (an exception above) must not land in staging a later load uses.
-            wait(pending)
+            wait(pending + ([state_read] if state_read is not None else []))
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
-        return ReloadOutcome(True, n, n * self.page_bytes)
+        return ReloadOutcome(True, n, n * self.page_bytes, state_loaded=state_loaded)
+
+    def _read_state(self, state: Optional[StateLoad]) -> Any:
+        """Start the read of a stored checkpoint into the state staging (None: none to read).
+        Verified by the store on the host (no device digest for sidecars yet)."""
+        if state is None or state.key is None:
+            return None
+        return self.read_state(state.key, self._state_staging)
+
+    def _with_state(
+        self, sources: list[torch.Tensor], destinations: list[torch.Tensor], state: StateLoad
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[RowMoves]]:
+        """The gather's sources and destinations with the checkpoint's rows appended, and its moves."""
+        rows = self.state_rows
+        dst_base = len(destinations)
+        if state.key is not None:
+            staged = rows.staged_sources(self._state_staging)
+            moves = rows.staged_moves(len(sources), dst_base, state.slot)
+            return [*sources, *staged], [*destinations, *rows.destinations], moves
+        moves = rows.host_moves(len(sources), dst_base, state.host_slot, state.slot)
+        return [*sources, *rows.host_sources], [*destinations, *rows.destinations], moves

@@ -1,8 +1,8 @@
 """SGLang's radix cache with Saria's reload path (paper 4.3-4.5), for `--hicache-storage-backend saria`.
 
 HiCache stages a storage hit through host memory: prefetch into the host pool, insert
-as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006 for
-FULL-attention models) reads SSD hits straight into the device KV pool instead:
+as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006) reads SSD
+hits of full-attention and GDN hybrid models straight into the device pools instead:
 
 - arrival (`prefetch_from_storage`, where HiCache starts its storage prefetch): beyond
   the tree's device+host match, the store's index is probed for the next pages; the
@@ -22,6 +22,20 @@ FULL-attention models) reads SSD hits straight into the device KV pool instead:
 - promotion: the share of SSD pages the promotion controller picks at publish (leading
   pages, recency-protected host headroom) becomes a node of its own, copied device -> host
   by HiCache's write-through once the request's prefill is done (`checkpoint`).
+
+Hybrid trees (FULL + MAMBA, issue 15): a reusable prefix ends where a GDN state is
+available, so each page's checkpoint (on the mamba checkpoint grid: the node's host mamba
+value, or the store's MAMBA sidecar of the page) goes into the plan (`reload_plan.py`) and
+the core's planner ends it on the last one. The reload reserves a device mamba slot with
+its FA slots, the worker reads the sidecar of the plan's last page with the first chunk
+and gathers it with the last (`gdn_state.py`), and at publish the boundary node gets that
+slot as its mamba value; the request's own copy-on-write slot comes from SGLang's device
+match (`finalize_match_result_in_cache`), as for any device hit. A reload whose state did
+not land publishes nothing (FA pages without the state at their end resume nothing).
+Pages past the tree's match that the tree holds without a state (FA extending beyond the
+last checkpoint) are planned as SSD pages when stored (the insert frees the duplicate
+slots of device ones and revives host-only ones with the reloaded rows); taking them from
+the host pool instead is not done yet.
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
 policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this
@@ -57,7 +71,8 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.hicache.backend import policy_of
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder, displaceable_pages
-from sglang_saria.hicache.device_reload import DeviceReloader, UnsupportedPoolLayout
+from sglang_saria.hicache.device_reload import DeviceReloader, StateLoad, UnsupportedPoolLayout
+from sglang_saria.hicache.gdn_state import StateRows, UnsupportedStatePool
 from sglang_saria.hicache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
 from sglang_saria.hicache.kv_audit import KVAudit, install_transfer_audit, pool_rows_of
 from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
@@ -67,8 +82,8 @@ from sglang_saria.hicache.rank_agreement import RankAgreement
 from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
 from sglang_saria.hicache.tier_audit import AuxComponent, audit_tiers
 from sglang_saria.mem_cache.coordinator import RealTimePacer
-from sglang_saria.mem_cache.metadata import ContextNode
-from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
+from sglang_saria.hicache.reload_plan import PageObjects, checkpoint_loc, plan_pages
+from sglang_saria.mem_cache.planner import ReloadPlan
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 from sglang_saria.hicache.reload_staging import report_staging
@@ -96,6 +111,10 @@ class _PendingReload:
     deadline: float  # step clock (`_now`); the `timeout` prefetch policy cuts the reload here
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
+    # Hybrid trees: the GDN checkpoint at the end of the SSD pages (the sidecar of the last
+    # page) and the device mamba slot it is gathered into: the new boundary node's value.
+    state_key: Optional[str] = None
+    state_slot: Optional[torch.Tensor] = None
 
 
 class SariaRadixCache(UnifiedRadixCache):
@@ -108,6 +127,9 @@ class SariaRadixCache(UnifiedRadixCache):
         self._deferred: list[str] = []  # request ids waiting for the in-flight cap, FIFO
         self._abandoned: list[_PendingReload] = []  # released while their job still runs
         self._inflight_tokens = 0  # device slots held by reload jobs
+        self._inflight_states = 0  # device mamba slots held by reload jobs (hybrid trees)
+        self._hybrid = False  # a FULL + MAMBA tree: plans end on checkpoints, states reload too
+        self._checkpoint_grid = 0  # tokens between the positions a GDN state can be cached at
         self._published: dict[str, int] = {}  # request id -> end of its reloaded prefix
         # request id -> (node ending the promoted share, its tokens), copied after prefill
         self._promotions: dict[str, tuple[NodeId, int]] = {}
@@ -139,7 +161,8 @@ class SariaRadixCache(UnifiedRadixCache):
         return policy_of(self._backend())
 
     def _direct_enabled(self) -> bool:
-        """Direct reload runs with a saria backend, a FULL-only tree and a row-addressable pool."""
+        """Direct reload runs with a saria backend, a FULL or FULL + MAMBA (hybrid) tree and
+        row-addressable pools."""
         if self._direct is not None:
             return self._direct
         backend = self._backend()
@@ -147,12 +170,15 @@ class SariaRadixCache(UnifiedRadixCache):
         self._direct = False
         if not getattr(self, "enable_storage", False) or policy is None or not policy.config.transfer.direct_reload:
             return False
-        if set(self.tree_components) != {ComponentType.FULL} or self.tree_core.is_eagle:
-            logger.info("saria: direct reload needs a full-attention, non-EAGLE tree; using HiCache prefetch")
+        components = set(self.tree_components)
+        hybrid = components == {ComponentType.FULL, ComponentType.MAMBA}
+        if (components != {ComponentType.FULL} and not hybrid) or self.tree_core.is_eagle:
+            logger.info("saria: direct reload needs a full-attention or GDN hybrid, non-EAGLE tree; using HiCache prefetch")
             return False
         host_pool = self.cache_controller.mem_pool_host
         cfg = policy.config
         try:
+            state_rows = StateRows.of_pools(host_pool.entry_map[PoolName.MAMBA].host_pool) if hybrid else None
             self._reloader = DeviceReloader(
                 backend.read_page_async,
                 self.cache_controller.mem_pool_device,
@@ -161,20 +187,28 @@ class SariaRadixCache(UnifiedRadixCache):
                 backend.page_bytes,
                 chunk_pages=cfg.transfer.reload_chunk_pages,
                 page_digest=backend.page_digest,
+                state_rows=state_rows,
+                read_state=backend.read_state_async if hybrid else None,
             )
-        except UnsupportedPoolLayout as e:
+        except (UnsupportedPoolLayout, UnsupportedStatePool) as e:
             logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
             return False
-        report_staging(self._reloader.staging_bytes, str(self._reloader.device))
+        if hybrid:
+            self._hybrid = True
+            self._checkpoint_grid = self.components[ComponentType.MAMBA].mamba_checkpoint_grid
+        report_staging(self._reloader.staging_bytes, str(self._reloader.device), self._reloader.state_staging_bytes)
         self._pacer = RealTimePacer(cfg.bandwidth, cfg.transfer.mode)
         self._promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
-        self._worker = ReloadWorker(self._reloader, self._pacer, self._worker_agreement(), self._drop_pages)
+        self._worker = ReloadWorker(
+            self._reloader, self._pacer, self._worker_agreement(), self._drop_pages, self._drop_state
+        )
         self._direct = True
         if self._blocking:
             logger.warning("saria: %s=1: the scheduler waits for every reload (benchmark-only)", BLOCKING_RELOAD_ENV)
         logger.info(
-            "saria: direct SSD -> device reload on, off the scheduler thread (transfer.mode=%s, "
+            "saria: direct SSD -> device reload on%s, off the scheduler thread (transfer.mode=%s, "
             "max_inflight_reload_tokens=%d, prefetch policy %s, promotion=%s r_eff=%.2f)",
+            f" for FA pages and GDN states (checkpoints every {self._checkpoint_grid} tokens)" if hybrid else "",
             cfg.transfer.mode,
             cfg.transfer.max_inflight_reload_tokens,
             self.prefetch_stop_policy,
@@ -253,6 +287,13 @@ class SariaRadixCache(UnifiedRadixCache):
         gone = sum(not backend.store.exists(k) for k in keys)
         self._metrics.pages_dropped(gone)
         logger.warning("saria: %d page(s) that failed their read left the store index", gone)
+
+    def _drop_state(self, page_hash: str) -> None:
+        """A checkpoint sidecar whose read failed leaves the store index (worker thread)."""
+        backend = self._backend()
+        key = backend.storage_key(page_hash, PoolName.MAMBA.value)
+        backend.store.evict([key])
+        logger.warning("saria: the GDN checkpoint of page %s failed its read and left the store index", page_hash)
 
     def _install_kv_audit(self) -> None:
         """SGLANG_SARIA_AUDIT_KV=1: check the bytes of every page moved between device,
@@ -334,9 +375,9 @@ class SariaRadixCache(UnifiedRadixCache):
         if n_ssd == 0:
             return None
         host_tokens = self._host_only_tokens(anchor)
-        plan = self._plan(self._host_hashes(anchor, host_tokens), hashes[:n_ssd])
+        plan = self._plan(anchor, host_tokens, len(prefix), hashes[:n_ssd])
         if plan.ssd_blocks == 0:
-            return None
+            return None  # hybrid: no SSD page before the last checkpoint a tier holds
         n_ssd = plan.ssd_blocks
         timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
         return _PendingReload(
@@ -351,6 +392,9 @@ class SariaRadixCache(UnifiedRadixCache):
             # size under a prefill batch being built (this may run inside that loop).
             host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
             deadline=self._now() + timeout,
+            # The plan ends on the checkpoint of its last SSD page (pages past the anchor
+            # have no tree node, so no host state): that page's sidecar.
+            state_key=hashes[n_ssd - 1] if self._hybrid else None,
         )
 
     def _host_only_tokens(self, anchor: NodeId) -> int:
@@ -371,23 +415,45 @@ class SariaRadixCache(UnifiedRadixCache):
             node = node.parent
         return pages[len(pages) - host_tokens // self.page_size :] if host_tokens else []
 
-    def _plan(self, host_hashes: list[str], ssd_hashes: list[str]) -> ReloadPlan:
-        """The core planner over the pages past the device prefix: DRAM where the host pool
-        has them, SSD where only the store does."""
+    def _host_pages(self, anchor: NodeId, host_tokens: int, end: int) -> list[PageObjects]:
+        """The host-only pages of the match (ending at token ``end``, the anchor's end), with
+        their FA block in DRAM (and SSD when stored) and, on a hybrid tree, the GDN state of
+        each node that ends on one of them (a node's mamba value, device or host)."""
         backend = self._backend()
-        nodes: dict[int, ContextNode] = {}
-        keys = []
-        for h in host_hashes:
-            node = nodes[page_key(h)] = ContextNode(0.0, has_checkpoint=False)
-            node.fa_loc = DRAM | (SSD if backend.exists(h) else 0)
-            keys.append(page_key(h))
-        for h in ssd_hashes:
-            node = nodes[page_key(h)] = ContextNode(0.0, has_checkpoint=False)
-            node.fa_loc = SSD
-            keys.append(page_key(h))
+        hashes = self._host_hashes(anchor, host_tokens)
+        states: set[int] = set()  # page indexes (in ``hashes``) ending a node with a state
+        if self._hybrid and hashes:
+            node, node_end = self.tree_core.node_by_id(anchor), end
+            while node is not None and node.parent is not None and node_end > end - host_tokens:
+                data = node.component_data[ComponentType.MAMBA]
+                if data.value is not None or data.host_value is not None:
+                    states.add(len(hashes) - 1 - (end - node_end) // self.page_size)
+                node_end -= len(node.key)
+                node = node.parent
+        start = end - host_tokens
+        pages = []
+        for i, h in enumerate(hashes):
+            stored = backend.exists(h)
+            page_end = start + (i + 1) * self.page_size
+            ck = checkpoint_loc(page_end, self._checkpoint_grid, i in states, self._hybrid and backend.state_exists(h))
+            pages.append(PageObjects(page_key(h), DRAM | (SSD if stored else 0), ck))
+        return pages
+
+    def _plan(self, anchor: NodeId, host_tokens: int, start: int, ssd_hashes: list[str]) -> ReloadPlan:
+        """The core planner over the pages past the device prefix: DRAM where the host pool
+        has them, SSD where only the store does. ``start``: tokens before the SSD pages.
+        On a hybrid tree each page ending on a checkpoint boundary carries the GDN state
+        the tiers hold there (`reload_plan.py`), and the plan ends on the last one."""
+        backend = self._backend()
+        pages = self._host_pages(anchor, host_tokens, start)
+        for i, h in enumerate(ssd_hashes):
+            page_end = start + (i + 1) * self.page_size
+            ck = checkpoint_loc(page_end, self._checkpoint_grid, False, self._hybrid and backend.state_exists(h))
+            pages.append(PageObjects(page_key(h), SSD, ck))
         planner = self._policy().config.transfer.planner
-        plan = plan_reload(keys, nodes, planner)
-        if plan.sources[: len(host_hashes)].count(DRAM) != len(host_hashes):
+        plan = plan_pages(pages, planner, hybrid=self._hybrid)
+        host_pages = host_tokens // self.page_size
+        if plan.sources[:host_pages].count(DRAM) != min(host_pages, plan.n_blocks):
             raise RuntimeError(f"saria: planner {planner!r} moved host-resident pages off DRAM: {plan}")
         return plan
 
@@ -415,8 +481,11 @@ class SariaRadixCache(UnifiedRadixCache):
                 continue
             self._deferred.pop(0)
             bytes_per_token = self._reloader.page_bytes // self.page_size
+            state = None
+            if pending.state_slot is not None:
+                state = StateLoad(int(pending.state_slot[0]), key=pending.state_key)
             pending.job = self._worker.submit(
-                ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token)
+                ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token, state=state)
             )
             self._held(tokens)
             if self._blocking:
@@ -440,10 +509,36 @@ class SariaRadixCache(UnifiedRadixCache):
         if slots is None:
             self.dec_lock_ref(anchor, path_lock)
             return None
+        state_slot = None
+        if pending.state_key is not None:
+            state_slot = self._alloc_state_slot()
+            if state_slot is None:
+                self.token_to_kv_pool_allocator.free(slots)
+                self.dec_lock_ref(anchor, path_lock)
+                return None
         pending.path_lock = path_lock
         pending.host_tokens = host_tokens
-        pending.plan = self._plan(self._host_hashes(anchor, host_tokens), pending.page_hashes)
+        pending.state_slot = state_slot
+        pending.plan = self._plan(anchor, host_tokens, pending.start, pending.page_hashes)
         return slots
+
+    def _alloc_state_slot(self) -> Optional[torch.Tensor]:
+        """One device mamba slot for a reload's checkpoint (the boundary node's value once
+        published), a mamba leaf evicted for it if none is free; None when none can be had."""
+        allocator = self.req_to_token_pool.mamba_allocator
+        slot = allocator.alloc(1)
+        if slot is None:
+            self.evict_for_alloc(EvictParams(num_tokens=0, mamba_num=1))
+            slot = allocator.alloc(1)
+        if slot is not None:
+            self._inflight_states += 1
+        return slot
+
+    def _free_state_slot(self, pending: _PendingReload) -> None:
+        if pending.state_slot is not None:
+            self.req_to_token_pool.mamba_allocator.free(pending.state_slot)
+            pending.state_slot = None
+            self._inflight_states -= 1
 
     def _held(self, tokens: int) -> None:
         self._inflight_tokens += tokens
@@ -462,6 +557,14 @@ class SariaRadixCache(UnifiedRadixCache):
         # Slots held by reloads in flight are allocated but owned by no node yet: SGLang's
         # pool accounting (and its idle leak check) counts them as protected.
         return super().protected_size() + getattr(self, "_inflight_tokens", 0)
+
+    def full_protected_size(self) -> int:
+        # Hybrid pools' accounting reads the FULL component's protected size.
+        return super().full_protected_size() + getattr(self, "_inflight_tokens", 0)
+
+    def mamba_protected_size(self) -> int:
+        # The mamba slots reloads in flight hold for their checkpoints (owned by no node yet).
+        return super().mamba_protected_size() + getattr(self, "_inflight_states", 0)
 
     # ------------------------------------------------------------------ waiting: HiCache's prefetch policies
     def check_prefetch_progress(self, request: CacheRequestHandle) -> bool:
@@ -533,6 +636,11 @@ class SariaRadixCache(UnifiedRadixCache):
         if job.pages == 0:
             self._release(pending, self._job_reason(job))
             return
+        if pending.state_slot is not None and not (job.state_loaded and job.pages == len(pending.page_hashes)):
+            # A hybrid prefix is reusable only up to its checkpoint: without the state at
+            # its end the landed FA pages cannot resume the GDN layers; all is recomputed.
+            self._release(pending, self._job_reason(job) if job.reason else "state")
+            return
         host_loaded = pending.host_tokens  # loaded back when the job was submitted
         ssd_tokens = job.pages * self.page_size
         published, unused = job.slots[:ssd_tokens], job.slots[ssd_tokens:]
@@ -542,7 +650,9 @@ class SariaRadixCache(UnifiedRadixCache):
         self._held(-job.tokens)
         if self._kv_audit is not None:
             self._kv_audit.store_to_device(PoolName.KV.value, hashes, published)
-        self._metrics.pages_read("device", job.pages)
+            if pending.state_slot is not None and PoolName.MAMBA.value in self._kv_audit.pools:
+                self._kv_audit.store_to_device(PoolName.MAMBA.value, [pending.state_key], pending.state_slot)
+        self._metrics.pages_read("device", job.pages + int(pending.state_slot is not None))
         self._policy().on_ssd_reload(hashes)
         last_node = self._insert_tail(request.rid, pending, published)
         self._unlock(pending)
@@ -609,6 +719,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if job is not None:
             self.token_to_kv_pool_allocator.free(job.slots)
             self._held(-job.tokens)
+        self._free_state_slot(pending)
         self._unlock(pending)
 
     def _unlock(self, pending: _PendingReload) -> None:
@@ -622,6 +733,10 @@ class SariaRadixCache(UnifiedRadixCache):
         path = self.path_device_indices(hit.anchor).to(torch.int64)
         assert len(path) == hit.start, (rid, len(path), hit.start)
         promote = self._promotion_tokens(hit, len(slots) // self.page_size) if len(slots) else 0
+        if hit.state_slot is not None and promote < len(slots):
+            # A hybrid node's FA pages and its checkpoint are promoted as one unit (paper
+            # 4.3): a share of the pages without the state at their end is no reusable prefix.
+            promote = 0
         node = hit.anchor
         cuts = [hit.start + promote] if 0 < promote < len(slots) else []
         for end in cuts + [hit.start + len(slots)]:
@@ -629,10 +744,12 @@ class SariaRadixCache(UnifiedRadixCache):
             path = torch.cat([path, slots[done - hit.start : end - hit.start].to(torch.int64)])
             # inserted_len = end: these nodes hold reloaded KV, not a computed reuse, so
             # no hit is counted and HiCache's write-through to host does not fire for them.
+            # Hybrid: the boundary node gets the reloaded checkpoint as its mamba value.
             result = self.insert(
                 InsertParams(
                     key=hit.key[:end],
                     value=path,
+                    mamba_value=hit.state_slot,
                     prev_prefix_len=done,
                     inserted_len=end,
                 )
@@ -640,6 +757,11 @@ class SariaRadixCache(UnifiedRadixCache):
             node = result.last_device_node
             if end == hit.start + promote:
                 self._promotions[rid] = (node, promote)
+        if hit.state_slot is not None:
+            if result.mamba_exist:  # the node had a state already: ours is a duplicate
+                self.req_to_token_pool.mamba_allocator.free(hit.state_slot)
+            self._inflight_states -= 1
+            hit.state_slot = None
         return node
 
     def _promotion_tokens(self, hit: _PendingReload, pages: int) -> int:
@@ -748,6 +870,7 @@ class SariaRadixCache(UnifiedRadixCache):
             if pending.job.done:
                 self.token_to_kv_pool_allocator.free(pending.job.slots)
                 self._held(-pending.job.tokens)
+                self._free_state_slot(pending)
                 self._unlock(pending)
             else:
                 running.append(pending)
@@ -777,6 +900,7 @@ class SariaRadixCache(UnifiedRadixCache):
         self._reloads, self._deferred, self._abandoned, self._published = {}, [], [], {}
         self._promotions = {}
         self._held(-self._inflight_tokens)
+        self._inflight_states = 0  # the pool's reset frees every mamba slot
         self._reload_locks = []
         super().reset()
         HostLeafOrder.install(self.tree_core)  # the tree core's reset made a plain set again

@@ -31,7 +31,7 @@ from typing import Any, Optional
 import torch
 
 from sglang_saria.mem_cache.coordinator import RealTimePacer
-from sglang_saria.hicache.device_reload import DeviceReloader
+from sglang_saria.hicache.device_reload import DeviceReloader, StateLoad
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,11 @@ class ReloadJob:
     page_hashes: list[str]
     slots: torch.Tensor  # page_size device slots per page, fresh (owned by no node)
     dram_bytes: int = 0  # the plan's DRAM part, modelled by the pacer (HiCache copies it)
+    state: Optional[StateLoad] = None  # hybrid: the plan's GDN checkpoint, into its own mamba slot
     submitted: float = field(default_factory=time.monotonic)
     # ---- written by the worker
     pages: int = 0  # leading pages agreed by all ranks and in their slots
+    state_loaded: bool = False  # the checkpoint landed (after every page) on every rank
     reason: str = ""  # why fewer than all pages: the store's status, "stopped", "peer_rank"
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page hash, status)
     seconds: float = 0.0
@@ -86,11 +88,14 @@ class ReloadWorker:
         pacer: RealTimePacer,
         agree: Callable[[int], int],
         drop_pages: Callable[[Sequence[str]], Any],
+        drop_state: Optional[Callable[[str], Any]] = None,
     ) -> None:
+        """``drop_state(page_hash)``: a checkpoint sidecar whose read failed leaves the store index."""
         self.reloader = reloader
         self.pacer = pacer
         self.agree = agree
         self.drop_pages = drop_pages
+        self.drop_state = drop_state
         self._queue: "queue.Queue[Optional[ReloadJob]]" = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="saria-reload", daemon=True)
         self._thread.start()
@@ -118,7 +123,7 @@ class ReloadWorker:
 
     def _run(self, job: ReloadJob) -> None:
         t0 = time.perf_counter()
-        landed, reason = 0, "stopped"
+        landed, reason, state_loaded = 0, "stopped", False
         if not job.stopping:
             bytes_per_token = self.reloader.page_bytes // self.reloader.geometry.page_size
             ticket = self.pacer.begin(job.dram_bytes, job.tokens * bytes_per_token)
@@ -128,15 +133,26 @@ class ReloadWorker:
                     job.slots,
                     pace=lambda done: self.pacer.pace_ssd(ticket, done),
                     stop=lambda: job.stopping,
+                    state=job.state,
                 )
             finally:
                 self.pacer.end(ticket)
             landed, reason, job.failed = outcome.pages, outcome.reason, outcome.failed
+            state_loaded = outcome.state_loaded
             bad = [h for h, status in outcome.failed if status in DROPPED_STATUSES]
             if bad:
                 self.drop_pages(bad)
-        # Every rank takes the same leading run (each rank has its own store).
-        agreed = self.agree(landed)
+            if outcome.state_failed in DROPPED_STATUSES and self.drop_state is not None:
+                self.drop_state(job.state.key)
+        # Every rank takes the same leading run (each rank has its own store); a checkpoint
+        # counts (as one more page) only when it landed after all pages on every rank.
+        has_state = job.state is not None
+        agreed = self.agree(landed + int(state_loaded))
         job.pages = min(agreed, landed)
-        job.reason = reason if landed < len(job.page_hashes) else ("peer_rank" if agreed < landed else "")
+        job.state_loaded = state_loaded and agreed == landed + 1
+        whole = len(job.page_hashes) + int(has_state)
+        if landed + int(state_loaded) < whole:
+            job.reason = reason
+        else:
+            job.reason = "peer_rank" if agreed < landed + int(state_loaded) else ""
         job.seconds = time.perf_counter() - t0

@@ -1,10 +1,15 @@
 """The tiny Qwen3.5-style hybrid (3 GDN + 1 full-attention layers) served by a real CPU
 SGLang server through the pure-torch GDN path: prefix caching of mamba states
-(extra_buffer), HiCache host (L2) and `saria` storage (L3) tiers, and a restart from the
+(extra_buffer), HiCache host (L2) and `saria` storage (L3) tiers, and restarts from the
 populated store. Every cached run must return a cold run's greedy tokens with logprobs
 within the oracle's tolerance (`--disable-radix-cache`; equal greedy tokens alone prove
 little on a random model), and the KV audit checks every FA page and GDN state that moves
-between device, host and store byte for byte."""
+between device, host and store byte for byte.
+
+Storage hits reload straight into the device pools (issue 15): the FA pages into the
+hybrid pool's full-attention layers and the GDN checkpoint at the plan's end into a mamba
+slot, one gather per chunk, no store page read into host memory. HiCache's host-staged
+path (`transfer.direct_reload: false`) is the baseline the restart is compared with."""
 
 from __future__ import annotations
 
@@ -45,11 +50,21 @@ LAST_CHECKPOINT_OF_TURN_1 = (len(SYSTEM_AND_TOOLS) // TRACK_INTERVAL) * TRACK_IN
 LAST_CHECKPOINT_OF_TURN_2 = (len(TURN_2) // TRACK_INTERVAL) * TRACK_INTERVAL
 
 
-def hicache_args(data_dir) -> list[str]:
+def hicache_args(data_dir, **sections) -> list[str]:
     # full-duplicate admission writes every host page to the store, so the tiers test
     # moves mamba states deterministically; Saria's own admission is tested elsewhere.
-    extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB"}
+    extra = {"data_dirs": [str(data_dir)], "admission": "full-duplicate", "capacity": "64MiB", **sections}
     return PREFIX_CACHE + saria_hicache_args(extra)
+
+
+# The turn-2 prefix's store pages (KV) and the GDN checkpoint at its end (one sidecar page).
+TURN_2_PAGES = LAST_CHECKPOINT_OF_TURN_2 // 16
+
+
+def assert_no_store_page_in_host_memory(metrics: dict[str, float], device_pages: int) -> None:
+    """Every store read went to the device pools: FA pages and the checkpoint sidecar."""
+    assert metrics.get("sglang:saria_store_pages_read_total/host", 0) == 0, "a store page was staged in host memory"
+    assert metrics["sglang:saria_store_pages_read_total/device"] == device_pages
 
 
 def stored_pools(store_dir) -> set[str]:
@@ -123,20 +138,82 @@ def test_mamba_prefix_reuse_across_device_host_and_storage(tiers_session):
     assert metrics["sglang:saria_tier_audits_total"] > 0
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
     assert metrics["sglang:saria_tree_pages/host"] > 0
-    # FA pages and GDN states alike: device -> host, host -> device, host -> store, store -> host.
-    assert_kv_audit_clean(metrics, ("device_to_host", "host_to_device", "host_to_ssd", "ssd_to_host"))
-    for path in ("device_to_host", "host_to_device", "ssd_to_host"):
+    # FA pages and GDN states alike: device -> host, host -> device, host -> store, store -> device.
+    assert_kv_audit_clean(metrics, ("device_to_host", "host_to_device", "host_to_ssd", "ssd_to_device"))
+    for path in ("device_to_host", "host_to_device", "ssd_to_device"):
         assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
+    assert_no_store_page_in_host_memory(metrics, TURN_2_PAGES + 1)
 
 
-def test_restarted_server_resumes_mamba_state_from_store(start_hybrid_server, cold_hybrid_run, tiers_session):
-    """A fresh server has no device or host state: a storage hit can only be right if the
-    GDN conv/SSM states were written to and read back from the store."""
+def test_restarted_server_reloads_ssd_hit_into_device_pools(start_hybrid_server, cold_hybrid_run, tiers_session):
+    """SSD only: a fresh server has no device or host state, so the FA pages and the GDN
+    state at the end of the prefix all come from the store, straight into the device pools."""
     store = tiers_session.store.restored()
     with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         result = server.generate(TURN_2)
         metrics = saria_metrics(server.metrics())
     assert cached_tokens(result) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}
     assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 after a restart")
+    assert_no_store_page_in_host_memory(metrics, TURN_2_PAGES + 1)
+    assert_kv_audit_clean(metrics, ("ssd_to_device",))
+    assert kv_audit_pages(metrics, "ssd_to_device", "kv") == TURN_2_PAGES
+    assert kv_audit_pages(metrics, "ssd_to_device", "mamba") == 1
+    assert metrics["sglang:saria_tier_audits_total"] > 0
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
+
+
+def test_restarted_server_host_staged_baseline_resumes_mamba_state(start_hybrid_server, cold_hybrid_run, tiers_session):
+    """HiCache's own path (direct reload off): the store's pages and the GDN state go
+    through the host pool first; same hit, same logprobs."""
+    store = tiers_session.store.restored()
+    with start_hybrid_server(hicache_args(store, transfer={"direct_reload": False}), env=AUDIT_ENV) as server:
+        result = server.generate(TURN_2)
+        metrics = saria_metrics(server.metrics())
+    assert cached_tokens(result) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}
+    assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 after a restart, host-staged")
     assert_kv_audit_clean(metrics, ("ssd_to_host", "host_to_device"))
     assert kv_audit_pages(metrics, "ssd_to_host", "mamba") > 0
+    assert metrics.get("sglang:saria_store_pages_read_total/device", 0) == 0
+
+
+def test_dram_prefix_and_ssd_tail_with_state_reload_in_one_plan(start_hybrid_server, cold_hybrid_run, tiers_session):
+    """DRAM + SSD: turn 1's prefix (up to its checkpoint at 256) reloads from SSD and is
+    promoted to host memory with its GDN state as one unit (promotion mode full); pushed
+    off the device, it comes back from DRAM (with its state, HiCache's load-back) while the
+    rest of turn 2 (pages to 320) and the state at 320 come from the store into the device
+    pools, in one plan."""
+    store = tiers_session.store.restored()
+    args = hicache_args(store, promotion={"mode": "full"})
+    with start_hybrid_server(args, env=AUDIT_ENV) as server:
+        first = server.generate(SYSTEM_AND_TOOLS)
+        assert cached_tokens(first) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_1}
+        server.wait_storage_writes()
+        for other in OTHER_SESSIONS[:2]:  # push it off the 512-token device pool, not out of host memory
+            server.generate(other)
+            server.wait_storage_writes()
+        before = saria_metrics(server.metrics())  # the other sessions reloaded their own prefixes from SSD
+        result = server.generate(TURN_2)
+        metrics = saria_metrics(server.metrics())
+    assert_matches_cold(first, cold_hybrid_run(SYSTEM_AND_TOOLS), "turn 1 from SSD")
+    # The reload runs while the request waits in the queue: its DRAM part is loaded to the
+    # device then (HiCache's load-back), so SGLang reports it as a device hit; the reload
+    # counters say where it came from.
+    assert cached_tokens(result) == {
+        "device": LAST_CHECKPOINT_OF_TURN_1,
+        "host": 0,
+        "storage": LAST_CHECKPOINT_OF_TURN_2 - LAST_CHECKPOINT_OF_TURN_1,
+    }
+    assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 from DRAM + SSD")
+    def turn_2(name: str) -> float:
+        return metrics.get(name, 0) - before.get(name, 0)
+
+    assert turn_2("sglang:saria_reload_tokens_total/dram") == LAST_CHECKPOINT_OF_TURN_1
+    assert turn_2("sglang:saria_reload_tokens_total/ssd") == LAST_CHECKPOINT_OF_TURN_2 - LAST_CHECKPOINT_OF_TURN_1
+    assert metrics["sglang:saria_promoted_tokens_total"] >= LAST_CHECKPOINT_OF_TURN_1
+    # Turn 2 read 4 pages and the state at 320 from the store, into the device pools.
+    assert turn_2("sglang:saria_store_pages_read_total/device") == (LAST_CHECKPOINT_OF_TURN_2 - LAST_CHECKPOINT_OF_TURN_1) // 16 + 1
+    assert metrics.get("sglang:saria_store_pages_read_total/host", 0) == 0, "a store page was staged in host memory"
+    assert_kv_audit_clean(metrics, ("ssd_to_device", "device_to_host", "host_to_device"))
+    for path in ("ssd_to_device", "device_to_host", "host_to_device"):
+        assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0

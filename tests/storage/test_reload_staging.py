@@ -67,6 +67,14 @@ def test_staging_log_says_whether_the_kv_sizing_reserved_it(monkeypatch, caplog)
     assert "reserved at KV sizing" in caplog.text and "patch 009" not in caplog.text
 
 
+def test_unreserved_gdn_checkpoint_staging_is_reported_apart_from_the_reserved_kv_staging(caplog):
+    caplog.set_level(logging.INFO, logger=reload_staging.__name__)
+    reserve_bytes(memory_args({"transfer": {"reload_chunk_pages": 4}}), CELL, PAGE_SIZE)
+    report_staging(staging_bytes(4, PAGE_SIZE * CELL), "cuda:0", state_bytes=3 << 20)
+    assert "GDN checkpoint staging 3.00 MiB on cuda:0 is not reserved" in caplog.text
+    assert "reserved at KV sizing" in caplog.text and "patch 009 applied" not in caplog.text
+
+
 def test_patched_kv_sizing_takes_the_staging_off_the_budget(monkeypatch):
     """Patch 009 in the installed SGLang: config_from_budget prices the pool from the budget
     minus the staging (pre-capture sizing and post-capture resize both call it)."""
