@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from sglang.srt.mem_cache.hicache_storage import (
@@ -171,6 +171,7 @@ class SariaStorage(HiCacheStorage):
         )
         # A lost SSD copy spends the evictions that admitted it (robust rule).
         policy = self.policy
+        policy.on_ssd_read = self.touch_pages  # reloads straight to the device report their pages here
         self.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == PoolName.KV.value))
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
@@ -251,6 +252,8 @@ class SariaStorage(HiCacheStorage):
                 results.append(ok)
         done = [r if isinstance(r, bool) else r.result() for r in results]
         out = [r if isinstance(r, bool) else r.ok for r in done]
+        # One prefix's run, read or written together: the SSD victim order's rule (deepest first).
+        store.touch_prefix([self.storage_key(k, pool_name) for k, ok in zip(keys, out) if ok])
         if not write:
             SariaServingMetrics.get().pages_read("host", sum(out))
         if self.kv_audit is not None and pool_name in self.kv_audit.pools:
@@ -322,6 +325,12 @@ class SariaStorage(HiCacheStorage):
     def state_exists(self, key: str) -> bool:
         """Whether the store holds the MAMBA sidecar of page `key` (an index probe, no I/O)."""
         return self._ensure_store().exists(self.storage_key(key, PoolName.MAMBA.value))
+
+    def touch_pages(self, page_hashes: Sequence[str]) -> None:
+        """Pages of one prefix (head first) were read from SSD: the SSD victim order's read rule, for
+        every pool's object of each page (a node's objects age together, as the replay's one entry)."""
+        pools = [PoolName.KV.value] + [p for p in self._views if p != PoolName.KV.value]
+        self._ensure_store().touch_prefix([self.storage_key(h, p) for h in page_hashes for p in pools])
 
     def page_digest(self, key: str) -> Optional[int]:
         """The device digest recorded for KV page `key` (None: absent, or stored before index format 2)."""

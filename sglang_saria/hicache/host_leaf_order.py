@@ -111,16 +111,6 @@ class HostLeafOrder(set):
         return out
 
 
-def walk_eviction_order(leaves: Iterable[Any], priority: Callable[[Any], Any], visit: Callable[[Any], bool]) -> None:
-    """``HostLeafOrder.walk`` on an indexed tree; a plain set is sorted first (O(n log n))."""
-    if isinstance(leaves, HostLeafOrder):
-        leaves.walk(visit)
-        return
-    for node in sorted(leaves, key=priority):
-        if not visit(node):
-            return
-
-
 def eviction_head(leaves: Iterable[Any], priority: Callable[[Any], Any], n: int) -> list[Any]:
     """The first ``n`` host leaves to be evicted: read off the index when the tree has one.
 
@@ -131,27 +121,3 @@ def eviction_head(leaves: Iterable[Any], priority: Callable[[Any], Any], n: int)
         return leaves.head(n)
     return heapq.nsmallest(n, leaves, key=priority)
 
-
-def displaceable_pages(
-    leaves: Iterable[Any], priority: Callable[[Any], Any], want: int, may_displace: Callable[[Any], bool]
-) -> int:
-    """Pages a promotion may free by host eviction, counted until ``want`` (paper 4.4 headroom).
-
-    Host eviction takes leaves in eviction order, so a promotion that needs room displaces
-    the head of that order. A leaf reused within ``P_tau`` (``may_displace`` False) may not
-    go, and nothing behind it can go without it: counting stops there, as the replay core's
-    walk over its DRAM victims does. It also stops once ``want`` pages are found, which is
-    all the caller uses (``min(want, headroom)``).
-    """
-    found = 0
-
-    def visit(node: Any) -> bool:
-        nonlocal found
-        if not may_displace(node):
-            return False
-        found += len(node.hash_value or ())
-        return found < want
-
-    if want > 0:
-        walk_eviction_order(leaves, priority, visit)
-    return found

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +92,8 @@ class SariaHiCachePolicy:
         self._lost: deque[str] = deque()  # page hashes the store dropped (any thread), applied at the next event
         self._local_losses = True  # False once the ranks agree on removals (use_agreement)
         self._metrics = SariaServingMetrics.get()
+        # the store's SSD victim order hears of reloads here (set by the backend: `touch_pages`)
+        self.on_ssd_read: Callable[[Sequence[str]], None] | None = None
 
     # The view reads these; the rank agreement swaps them for agreed ones.
     @property
@@ -210,8 +212,11 @@ class SariaHiCachePolicy:
                                           AdmissionEvent.INSERT)]
 
     def on_ssd_reload(self, hashes: Sequence[str]) -> None:
-        """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit."""
+        """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit,
+        and an SSD read for the store's victim order (``SSDVictimOrder.touch_prefix``, as the replay)."""
         self.metadata.record_use([page_key(h) for h in hashes], self._begin())
+        if self.on_ssd_read is not None:
+            self.on_ssd_read(hashes)
 
     def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
         """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be
@@ -265,6 +270,21 @@ class SariaHiCachePolicy:
         if loc is None or counters is None:
             return True
         return self.sequencer.may_displace(promotion, self.clock(), counters, bool(loc & SSD))
+
+    def promotion_pages(self, promotion: PromotionController, reused: int, in_dram: int, pages: int, free: int,
+                        host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> int:
+        """Pages of an SSD hit (``pages``, leading ones first) to promote to host: the sequencer's
+        ``promotion_set``, as the replay asks it, over the host leaves in eviction order (read off
+        the index, at most ``pages`` of them: each frees a page or more)."""
+        view = self.view
+
+        def head() -> Iterator[tuple[ContextNode | None, bool, int]]:
+            for leaf in eviction_head(host_leaves, priority, max(0, pages - free)):
+                loc = view.location(leaf)
+                counters = None if loc is None else self._counters(leaf)
+                yield counters, bool(loc and loc & SSD), len(leaf.hash_value or ())
+
+        return self.sequencer.promotion_set(promotion, self.clock(), reused, in_dram, [1] * pages, free, head())
 
     def _count_eviction(self, hashes: Sequence[str]) -> None:
         now = self.clock()

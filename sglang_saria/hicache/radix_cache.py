@@ -70,7 +70,7 @@ from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.hicache.backend import policy_of
-from sglang_saria.hicache.host_leaf_order import HostLeafOrder, displaceable_pages
+from sglang_saria.hicache.host_leaf_order import HostLeafOrder
 from sglang_saria.hicache.device_reload import DeviceReloader, StateLoad, UnsupportedPoolLayout
 from sglang_saria.hicache.gdn_state import StateRows, UnsupportedStatePool
 from sglang_saria.hicache.kv_audit import AUDIT_ENV as KV_AUDIT_ENV
@@ -765,29 +765,17 @@ class SariaRadixCache(UnifiedRadixCache):
         return node
 
     def _promotion_tokens(self, hit: _PendingReload, pages: int) -> int:
-        """Lazy partial promotion (paper 4.4): how many leading SSD tokens to copy to host."""
+        """Lazy partial promotion (paper 4.4): how many leading SSD tokens to copy to host. The
+        sequencer's ``promotion_set`` decides, as in the replay: the tree's prefix is host-backed
+        (write-through), the headroom is free host pages plus the host leaves next in eviction
+        order that a promotion may displace (not reused within P_tau; robust rule: on SSD)."""
         page = self.page_size
-        ctrl = self._promotion
-        reused = hit.start // page + pages
-        in_dram = hit.start // page  # the tree's prefix is host-backed (write-through)
-        want = ctrl.target_blocks(reused, in_dram, pages)
-        if want == 0:
-            return 0
-        return min(want, self._host_headroom_pages(ctrl, want)) * page
-
-    def _host_headroom_pages(self, ctrl: PromotionController, want: int) -> int:
-        """Free host pages plus the pages of the host leaves next in eviction order that a promotion
-        may displace (not reused within P_tau; robust rule: on SSD), counted up to ``want`` (not a
-        scan of every host leaf per reload)."""
-        host_pool = self.cache_controller.mem_pool_host
-        free = host_pool.available_size() // self.page_size
-        if free >= want:
-            return free
-        policy = self._policy()
+        start = hit.start // page
+        free = self.cache_controller.mem_pool_host.available_size() // page
         tree = self.tree_core
-        return free + displaceable_pages(
-            tree.evictable_host_leaves, tree.eviction_strategy.get_priority, want - free,
-            lambda leaf: policy.may_displace(ctrl, leaf),
+        return page * self._policy().promotion_pages(
+            self._promotion, start + pages, start, pages, free,
+            tree.evictable_host_leaves, tree.eviction_strategy.get_priority,
         )
 
     def checkpoint(self, req: Any, *, up_to: int, **kwargs: Any) -> None:

@@ -20,6 +20,7 @@ from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.mem_cache.tier_view import ReplayTierView
 from sglang_saria.mem_cache.tiers import DRAM, SSD, Tier
 from sglang_saria.model_specs import ModelSpec
@@ -88,7 +89,9 @@ class SariaCore:
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
         self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction))
-        self.ssd = Tier(SSD, cfg.capacity.ssd_tokens, make_eviction(ssd_eviction))
+        # the SSD victim order shared with the server's store (mem_cache/ssd_order.py)
+        self.ssd_order = SSDVictimOrder(ssd_eviction)
+        self.ssd = Tier(SSD, cfg.capacity.ssd_tokens, self.ssd_order)
         self.block_tokens = bt
         self.block_bytes = spec.kv_bytes_per_token * bt
         self.ckpt_bytes = spec.checkpoint_bytes
@@ -143,8 +146,9 @@ class SariaCore:
         else:
             src_rev = plan.sources[::-1]  # DRAM or SSD per block: C loops select each source's blocks
             dram.access_many(compress(hit, map(DRAM.__and__, src_rev)))
-            ssd_hits = list(compress(hit, map(SSD.__and__, src_rev)))
-            ssd.read_many(ssd_hits, self.block_bytes)
+            ssd_hits = list(compress(keys, map(SSD.__and__, plan.sources)))  # head first
+            ssd.count_reads(ssd_hits, self.block_bytes)
+            self.ssd_order.touch_prefix(ssd_hits)  # the SSD order's read rule: deepest first
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
         if reached:
@@ -243,7 +247,7 @@ class SariaCore:
         nodes = self.metadata.nodes
         seq = self.sequencer
         while ssd.free_tokens < tokens:
-            victim = next((v for v in ssd.victims() if v not in pinned), None) if pinned else ssd.victim()
+            victim = self.ssd_order.victim(pinned)
             if victim is None:
                 return False
             vn = nodes[victim]
@@ -304,30 +308,14 @@ class SariaCore:
                 in_dram += 1
             elif loc & SSD:
                 candidates.append(k)
-        n = self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))
-        if n == 0:
+        if not candidates:
             return
-        chosen = candidates[:n]
-        need = sum(self._size(nodes[k])[0] for k in chosen)
-        budget = self.dram.free_tokens
-        if budget < need:
-            # headroom: LRU-end blocks that promotion may displace (the sequencer's rule, as in SGLang)
-            seq, ctrl = self.sequencer, self.promotion
-            for k in self.dram.victims():
-                node = nodes[k]
-                if not seq.may_displace(ctrl, now, node, bool(node.fa_loc & SSD)):
-                    break
-                budget += self.dram.size_of(k)[0]
-                if budget >= need:
-                    break
-        fitting = []
-        for k in chosen:
-            tokens = self._size(nodes[k])[0]
-            if tokens > budget:
-                break
-            budget -= tokens
-            fitting.append(k)
-        for k in reversed(fitting):  # deepest first, as everywhere (head most recent)
+        dram = self.dram
+        sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        # DRAM's eviction end, read lazily (the sequencer's rule decides, as for SGLang's host leaves)
+        head = ((nodes[k], bool(nodes[k].fa_loc & SSD), dram.size_of(k)[0]) for k in dram.victims())
+        n = self.sequencer.promotion_set(self.promotion, now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head)
+        for k in reversed(candidates[:n]):  # deepest first, as everywhere (head most recent)
             node = nodes[k]
             tokens, nbytes = self._size(node)
             if self.dram.free_tokens < tokens:

@@ -65,6 +65,12 @@ class LRUEviction(EvictionPolicy):
     def victim(self) -> int:
         return next(iter(self._order))
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._order
+
+    def __len__(self) -> int:
+        return len(self._order)
+
 
 class FIFOEviction(LRUEviction):
     """Oldest insertion first; accesses do not reorder (a cheap baseline for comparisons)."""

@@ -77,13 +77,18 @@ class Tier:
 
     def read_many(self, keys: list[int], nbytes_each: int) -> None:
         """``read`` for a run of same-sized objects, in order."""
+        self.count_reads(keys, nbytes_each)
+        self.eviction.access_many(keys)
+
+    def count_reads(self, keys: list[int], nbytes_each: int) -> None:
+        """The byte counters of ``read_many``, leaving the order to the caller (the SSD order's
+        ``touch_prefix``)."""
         unread = self._unread
         for k in keys:
             first = unread.pop(k, None)
             if first is not None:
                 self.bytes_written_then_read += first
         self.bytes_read += nbytes_each * len(keys)
-        self.eviction.access_many(keys)
 
     def unread(self, key: int) -> bool:
         """Whether ``key``'s current copy has not been read since it was written."""

@@ -30,7 +30,6 @@ import os
 import queue
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
@@ -41,6 +40,7 @@ import xxhash
 
 from sglang_saria.kernels.checksum import Lanes
 from sglang_saria.kernels.checksum import lanes as digest_lanes
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.allocator import SlotAllocator
 from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_cuda, total_bytes
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
@@ -167,8 +167,13 @@ class SariaStore:
         on_evict: Optional[Callable[[List[str]], None]] = None,
         engine: Optional[IOEngine] = None,
         name: Optional[str] = None,
+        victim_order: Optional[SSDVictimOrder] = None,
     ) -> None:
         self.config = config
+        # Which objects go when the store is full: the SSD victim order both drivers share
+        # (mem_cache/ssd_order.py; LRU over puts and gets by default). Callers that know a
+        # read or write covered one prefix report it (`touch_prefix`) so its head stays longest.
+        self.order = victim_order if victim_order is not None else SSDVictimOrder("lru")
         self.name = name or os.path.abspath(config.data_dirs[0])
         self.on_evict = on_evict
         dirs = tuple(os.path.abspath(d) for d in config.data_dirs)
@@ -196,7 +201,7 @@ class SariaStore:
         self._counts: Dict[str, int] = {}
         self._counts_lock = threading.Lock()
         self._lock = threading.Lock()
-        self._entries: "OrderedDict[str, Entry]" = OrderedDict()  # LRU order, oldest first
+        self._entries: Dict[str, Entry] = {}  # key -> committed object; victims: self.order
         self._inflight: Dict[str, Future] = {}
         self._pending_deletes: List[str] = []
         self._touched: Dict[str, float] = {}
@@ -246,6 +251,7 @@ class SariaStore:
             self._pending_deletes.extend(e.key for e in dropped)
         for e in valid:  # load() returns LRU order
             self._entries[e.key] = e
+            self.order.written(e.key)
         self._alloc = SlotAllocator(self.layout.nslots, (s for e in valid for s in e.slots.tolist()))
 
     # ---------------------------------------------------------------- helpers
@@ -274,6 +280,7 @@ class SariaStore:
 
     def _remove(self, e: Entry) -> None:
         del self._entries[e.key]
+        self.order.remove(e.key)
         self._touched.pop(e.key, None)
         self._pending_deletes.append(e.key)
         self._discard(e)
@@ -310,7 +317,7 @@ class SariaStore:
                     break
                 cur = self._entries.get(key)
                 if cur is not None and not overwrite:
-                    self._entries.move_to_end(key)
+                    self.order.written(key)
                     self._touched[key] = time.time()
                     result = self._done(PutResult(key, True, already_present=True))
                     break
@@ -318,7 +325,7 @@ class SariaStore:
                     result = self._inflight[key]
                     break
                 while self._alloc.free_slots < need and self._entries:
-                    victim = next(iter(self._entries.values()))
+                    victim = self._entries[self.order.victim()]
                     self._remove(victim)
                     evicted.append(victim.key)
                 if self._alloc.free_slots >= need:
@@ -450,6 +457,7 @@ class SariaStore:
                 if old is not None:
                     self._discard(old)
                 self._entries[p.entry.key] = p.entry
+                self.order.written(p.entry.key)
                 self._inflight.pop(p.entry.key, None)
             if puts:
                 self._count("put", "ok", len(puts))
@@ -520,7 +528,7 @@ class SariaStore:
                 )
                 return self._done(GetStatus.SIZE_MISMATCH)
             e.pins += 1
-            self._entries.move_to_end(key)
+            self.order.access(key)
             self._touched[key] = time.time()
         subs = self.layout.plan(e.slots.tolist(), e.size)
         op = _Op(len(subs))
@@ -605,9 +613,17 @@ class SariaStore:
             return None if e is None else e.size
 
     def keys(self) -> List[str]:
-        """Stored keys, least recently used first."""
+        """Stored keys in eviction order (the first goes first)."""
         with self._lock:
-            return list(self._entries)
+            return self.order.order()
+
+    def touch_prefix(self, keys: Sequence[str]) -> None:
+        """These objects were read or written together as one prefix's run (``keys`` head first):
+        the victim order's rule puts the head last in line (absent keys are skipped)."""
+        with self._lock:
+            held = [k for k in keys if k in self._entries]
+            if held:
+                self.order.touch_prefix(held)
 
     def evict(self, keys: Sequence[str]) -> List[str]:
         """Remove objects on the caller's decision (policy eviction); returns those removed."""

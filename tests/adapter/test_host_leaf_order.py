@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.hicache.host_leaf_order import HostLeafOrder, displaceable_pages, eviction_head
+from sglang_saria.hicache.host_leaf_order import HostLeafOrder, eviction_head
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 
 _clock = itertools.count(1)
@@ -92,24 +92,19 @@ def test_prewrite_picks_the_leaves_the_full_scan_picks():
     assert indexed == full and indexed, "same leaves, same order as heapq.nsmallest over every leaf"
 
 
-def test_headroom_stops_once_the_wanted_pages_are_found():
+def test_head_reads_only_the_leaves_asked_for():
+    """Prewrite and promotion read the next ``n`` leaves in eviction order: the index stops there."""
     leaves = [Leaf(i, ["p", "q"]) for i in range(1000)]
-    order = HostLeafOrder(leaves, lru, indexed=True)
-    asked = []
+    seen = []
 
-    def may_displace(leaf: Leaf) -> bool:
-        asked.append(leaf.id)
-        return True
+    def priority(leaf: Leaf) -> int:
+        seen.append(leaf.id)
+        return leaf.id
 
-    assert displaceable_pages(order, lru, 5, may_displace) == 6
-    assert asked == [0, 1, 2], "three 2-page leaves cover 5 pages: the other 997 are not visited"
-
-
-def test_promotion_never_displaces_past_a_leaf_reused_within_P_tau():
-    leaves = [Leaf(i, ["p"]) for i in range(10)]
-    recent = {3}  # reused within P_tau: host eviction would have to take it before leaves 4..9
-    pages = displaceable_pages(HostLeafOrder(leaves, lru, indexed=True), lru, 100, lambda n: n.id not in recent)
-    assert pages == 3
+    order = HostLeafOrder(leaves, priority, indexed=True)
+    seen.clear()
+    assert [leaf.id for leaf in order.head(3)] == [0, 1, 2]
+    assert len(seen) <= 3, "no priority is recomputed for the 997 other leaves"
 
 
 def test_unindexed_strategy_reads_the_same_order_by_sorting():

@@ -239,3 +239,102 @@ def test_same_events_through_both_tier_views_give_the_same_writes(policy, tmp_pa
             assert sglang.policy.sequencer.stats.credit_refused == 2  # rewrites of C after its loss (steps 9, 11)
     finally:
         sglang.close()
+
+
+# ---------------------------------------------------------------------- SSD victims
+def _requests():
+    """Prefixes over a small tree of one-page blocks, revisited so SSD fills, evicts and is read."""
+    rng = np.random.default_rng(7)
+    stems = [[0, 1, 2], [0, 1, 3], [4, 5], [0, 6], [7, 8, 9], [4, 10]]
+    out = []
+    for i in range(40):
+        stem = stems[int(rng.integers(len(stems)))]
+        out.append(stem[: 1 + int(rng.integers(len(stem)))] if i % 3 else stem)
+    return out
+
+
+def test_same_reads_and_writes_give_the_same_ssd_victims(tmp_path):
+    """The replay's core (its SSD tier) and the saria backend (a real store, its page batches and
+    direct reloads reported as the server does) see the same writes and SSD reads and must evict the
+    same objects in the same order: both take them from ``SSDVictimOrder``."""
+    import torch
+
+    from sglang_saria.hicache.backend import SariaStorage
+    from sglang_saria.mem_cache.tiers import SSD as SSD_BIT
+    from tests.core.helpers import make_core
+    from tests.storage.sglang_pools import fill_random, mha_host_pool, pages, storage_config
+
+    pool = mha_host_pool("page_first")
+    fill_random(pool.get_hybrid_pool_buffer())
+    page_bytes = pool.get_data_page(0, flat=True).view(torch.uint8).numel()
+    backend = SariaStorage(storage_config({"data_dirs": [str(tmp_path / "ssd")], "capacity": str(6 * page_bytes)}),
+                           pool)
+    lost: list[str] = []
+    backend.add_evict_listener(lambda pairs: lost.extend(h for h, _ in pairs))
+    core = make_core("full-duplicate", dram_blocks=2, ssd_blocks=6)
+
+    def h(key: int) -> str:
+        return f"{key:016x}"
+
+    buf = torch.empty(page_bytes, dtype=torch.uint8)
+    reads = evictions = 0
+    try:
+        for t, keys in enumerate(_requests()):
+            plan, a1 = core.begin_request(keys, float(t))
+            ssd_hits = [k for k, src in zip(keys, plan.sources) if src & SSD_BIT]
+            for k in ssd_hits:  # the direct reload: one read per page, head first, then its report
+                assert backend.read_page_async(h(k), buf).result().ok
+            if ssd_hits:
+                backend.policy.on_ssd_reload([h(k) for k in ssd_hits])
+            a2 = core.finish_request(keys, plan, float(t))
+            for k in a1.ssd_writes + a2.ssd_writes:  # HiCache backs up node by node, in the order decided
+                assert backend.batch_set_v1([h(k)], pages(pool, k, 1)) == [True]
+            want = [h(k) for k in a1.ssd_evictions + a2.ssd_evictions]
+            assert lost == want, (t, keys, lost, want)
+            reads += len(ssd_hits)
+            evictions += len(want)
+            lost.clear()
+            held = [h(k) for k in core.ssd_order.order()]
+            assert backend.store.keys() == [backend.storage_key(x) for x in held], t
+        assert reads >= 5 and evictions >= 5  # the script exercises both events
+    finally:
+        backend.close()
+
+
+# ---------------------------------------------------------------------- promotion sizing
+@pytest.mark.parametrize("case", ["free", "old-on-ssd", "recent", "not-on-ssd"])
+def test_same_host_state_gives_the_same_promotion_size(case, tmp_path):
+    """``policy.promotion_pages`` (the server's ``_promotion_tokens``) and the replay's ``_promote``
+    ask the same ``promotion_set`` with what each driver sees: the same host leaves (C, then D, in
+    eviction order), reuse times and SSD copies must give the same count."""
+    from sglang_saria.mem_cache.promotion import PromotionController
+
+    sglang = SGLangSide("eviction:E2", tmp_path / "store")
+    replay = ReplaySide("eviction:E2", 64)
+    ctrl = PromotionController("saria", 1.0, 60.0, 1.0)
+    try:
+        for name in ("A", "B", "C", "D"):
+            sglang.insert(name)
+            replay.insert(name, first=True)
+        recent = {"recent": 50.0}.get(case, 0.0)  # clock is 100: reused 50 s ago is within P_tau
+        for side_nodes in (sglang.policy.metadata.nodes, replay.md.nodes):
+            for n in side_nodes.values():
+                n.t_reuse = recent
+        if case != "not-on-ssd":  # C and D (and their prefix) hold SSD copies on both sides
+            from sglang_saria.mem_cache.admission import AdmissionEvent
+
+            for name in ("A", "B", "C", "D"):
+                sglang._commit([sglang.nodes[name].id])
+                if not replay._node(name).fa_loc & SSD:
+                    replay._execute([replay.keys[name]], AdmissionEvent.INSERT)
+        free = 6 if case == "free" else 0
+        order = ["C", "D"]
+        rank = {n: i for i, n in enumerate(order)}
+        got_sglang = sglang.policy.promotion_pages(ctrl, 6, 0, 6, free, [sglang.nodes[n] for n in order],
+                                                   lambda node: rank[sglang.names[node.id]])
+        head = ((replay._node(n), bool(replay._node(n).fa_loc & SSD), 2) for n in order)  # 2 pages per node
+        got_replay = replay.seq.promotion_set(ctrl, 100.0, 6, 0, [1] * 6, free, head)
+        assert got_sglang == got_replay
+        assert got_sglang == {"free": 6, "old-on-ssd": 4, "recent": 0, "not-on-ssd": 0}[case]
+    finally:
+        sglang.close()
