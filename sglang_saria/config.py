@@ -36,9 +36,10 @@ class AdmissionConfig:
     prewrite: bool = True
     prewrite_depth_blocks: int = 64  # "near the eviction end": this many LRU-end DRAM nodes are examined
     # budget:<DWPD> write-budget controller (mem_cache/budget.py)
-    budget_horizon_s: float = 3600.0  # token-bucket depth: seconds of rated writes that may be saved up
-    budget_theta_min: int = 2  # theta_E with a full bucket (slack)
-    budget_theta_max: int = 12  # theta_E with an empty bucket (peak load)
+    budget_window_s: float = 86400.0  # the cap holds over any window this long: DWPD x capacity x window / day
+    budget_low_water: float = 0.1  # theta_E stays at theta_min while this share of the window's budget is left
+    budget_theta_min: int = 2  # theta_E while budget is left
+    budget_theta_max: int = 12  # theta_E as the window's budget runs out
     budget_reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
 
@@ -49,7 +50,8 @@ class AdmissionConfig:
             raise ConfigError(f"{prefix}.policy={self.policy!r}: {e}") from None
         _check(self.rule in ADMISSION_RULES, f"{prefix}.rule", self.rule, f"must be one of {', '.join(ADMISSION_RULES)}")
         _check(self.prewrite_depth_blocks >= 0, f"{prefix}.prewrite_depth_blocks", self.prewrite_depth_blocks, "must be >= 0")
-        _check(self.budget_horizon_s > 0, f"{prefix}.budget_horizon_s", self.budget_horizon_s, "must be > 0")
+        _check(self.budget_window_s > 0, f"{prefix}.budget_window_s", self.budget_window_s, "must be > 0")
+        _check(0 < self.budget_low_water <= 1, f"{prefix}.budget_low_water", self.budget_low_water, "must be in (0, 1]")
         _check(1 <= self.budget_theta_min <= self.budget_theta_max, f"{prefix}.budget_theta_min", self.budget_theta_min,
                f"must be >= 1 and <= budget_theta_max={self.budget_theta_max}")
         _check(self.budget_reuse_offset >= 0, f"{prefix}.budget_reuse_offset", self.budget_reuse_offset, "must be >= 0")

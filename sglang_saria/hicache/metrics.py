@@ -70,6 +70,15 @@ class SariaServingMetrics:
             "Node writes to the SSD store requested by HiCache and not yet acknowledged",
             multiprocess_mode="mostrecent",
         )
+        self._budget_theta_e = Gauge(
+            "sglang:saria_budget_theta_e", "theta_E the budget:<DWPD> controller admits with now",
+            multiprocess_mode="mostrecent",
+        )
+        self._budget_unspent = Gauge(
+            "sglang:saria_budget_unspent_ratio",
+            "Share of the budget:<DWPD> controller's write budget left in its sliding window",
+            multiprocess_mode="mostrecent",
+        )
         self._tree_pages = Gauge(
             "sglang:saria_tree_pages", "Pages of the radix tree held by each tier, at the last audit", ["tier"],
             multiprocess_mode="mostrecent",
@@ -122,3 +131,7 @@ class SariaServingMetrics:
 
     def storage_writes_in_flight(self, writes: int) -> None:
         self._writes_in_flight.set(writes)
+
+    def budget(self, theta_e: float, unspent: float) -> None:
+        self._budget_theta_e.set(theta_e)
+        self._budget_unspent.set(unspent)

@@ -43,6 +43,7 @@ from sglang_saria.hicache.host_leaf_order import eviction_head
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.tree_view import TreeTierView
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.budget import WriteBudgetController
 from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import WriteSequencer
@@ -137,6 +138,8 @@ class SariaHiCachePolicy:
                     self.sequencer.ssd_lost(node)
         now = self.clock()
         self.admission.on_clock(now)
+        if isinstance(self.admission, WriteBudgetController):
+            self._metrics.budget(self.admission.theta_E, self.admission.fill)
         return now
 
     def _order(self, chain: list[Any] | None, event: AdmissionEvent) -> list[Any]:

@@ -2,21 +2,28 @@
 
 The paper shows that the eviction threshold meeting a DWPD budget depends on workload,
 model and load (E3 on one trace, E5 on another) and leaves the choice to the operator.
-This controller chooses it online. A token bucket earns the drive's rated write rate
-``capacity_bytes * DWPD / 86400`` bytes per second of the clock the core is driven with,
-holds at most ``horizon_s`` seconds of it, and starts empty, so cumulative SSD writes
-never exceed ``rate * t`` (plus at most one node in flight: under the robust rule a node's
-unwritten prefix must fit in the bucket, ``affords``). The bucket's fill level
-sets the thresholds: a full bucket (slack: light load) admits at ``theta_min`` and
-writes more; an emptying bucket (heavy load) raises ``theta_E`` towards ``theta_max``
-so that only blocks with the longest eviction history still reach SSD. The fill level
-is the integral of (budget rate - write rate), so this is integral control of the
-write rate with a hard cap when the bucket is empty. Deterministic given the clock.
+This controller chooses it online, under a hard cap that is the rating's own definition:
+the bytes admitted in any window of ``window_s`` (default one day) stay within
+``capacity_bytes * DWPD * window_s / 86400``, plus at most one node (under the robust rule a
+node's unwritten prefix must fit in what is left, ``affords``; the node itself may overdraw).
+The window slides, so the budget a burst spends comes back one window later.
+
+Thresholds: ``theta_min`` while at least ``low_water`` of the window's budget is unspent,
+then rising linearly to ``theta_max`` as it runs out. Two earlier designs collapsed a loaded
+replay (350 WEKA sessions, qwen3.5-9b, docs/fidelity.md): a token bucket that starts empty
+refuses the writes of the first hours, and a threshold that rises with every byte spent
+defers persistence while budget is left. Under load both turn into recomputation, which
+queues requests, which keeps more contexts alive and evicted, which needs more writes:
+``budget:10`` served 0.69 CHAR with both, 0.97 with this rule (E2 alone: 0.96). Raising
+theta saves few bytes on such a workload (E2 -> E8 cut writes by a quarter at half the
+CHAR), so the budget is best spent at ``theta_min`` and rationed only near its end.
+Deterministic given the clock.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from sglang_saria.config import AdmissionConfig, ConfigError
@@ -24,9 +31,9 @@ from sglang_saria.mem_cache import policy_names
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
 from sglang_saria.units import SECONDS_PER_DAY
 
-# Prometheus gauges the SGLang adapter exports from ``WriteBudgetController.state()``.
-METRIC_BUDGET_THETA_E = "sglang:saria_budget_theta_e"
-METRIC_BUDGET_FILL = "sglang:saria_budget_bucket_fill_ratio"
+# Admissions within 1/SLOTS of the window share one entry: the window holds at most SLOTS
+# entries, and an entry leaves with its latest admission (never early: the cap stays hard).
+SLOTS = 1440
 
 
 @dataclass(frozen=True)
@@ -36,7 +43,8 @@ class BudgetParams:
 
     dwpd: float
     capacity_bytes: int
-    horizon_s: float = 3600.0
+    window_s: float = SECONDS_PER_DAY
+    low_water: float = 0.1
     theta_min: int = 2
     theta_max: int = 12
     reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
@@ -47,26 +55,38 @@ class BudgetParams:
 
 
 class WriteBudgetController(ThresholdAdmission):
-    """``budget:<DWPD>``: threshold admission whose ``theta_E``/``theta_R`` track a write budget."""
+    """``budget:<DWPD>``: threshold admission under a sliding-window write cap."""
 
     def __init__(self, params: BudgetParams) -> None:
-        super().__init__(params.theta_max, None)
+        super().__init__(params.theta_min, None)
         self.params = params
         self.name = f"budget:{params.dwpd:g}"
         self.rate = params.rate_bytes_per_s
-        self.depth = self.rate * params.horizon_s
+        self.budget = self.rate * params.window_s  # bytes any one window may hold
         self.uses_eviction_count = True
-        self.level = 0.0  # earned, unspent bytes: starts empty, so writes(t) <= rate * t
         self.bytes_admitted = 0
+        self._window: deque[list[float]] = deque()  # [time of the latest admission, bytes], oldest first
+        self._slot_s = params.window_s / SLOTS
+        self._spent = 0.0  # bytes admitted within the window
         self._t: float | None = None
         self._retune()
 
+    @property
+    def level(self) -> float:
+        """Unspent bytes of the current window (negative: one node overdrew it)."""
+        return self.budget - self._spent
+
     def on_clock(self, now: float) -> None:
-        """Earn ``rate`` bytes per second since the last call (capped at the horizon), retune."""
-        if self._t is not None and now > self._t:
-            self.level = min(self.depth, self.level + self.rate * (now - self._t))
-        if self._t is None or now > self._t:
-            self._t = now
+        """Advance the window to ``now`` (a clock going backwards changes nothing) and retune."""
+        if self._t is not None and now <= self._t:
+            return
+        self._t = now
+        horizon = now - self.params.window_s
+        window = self._window
+        while window and window[0][0] <= horizon:
+            self._spent -= window.popleft()[1]
+        if not window:
+            self._spent = 0.0  # no float drift once the window is empty
         self._retune()
 
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
@@ -76,35 +96,50 @@ class WriteBudgetController(ThresholdAdmission):
         return super().thresholds(event) if self.level > 0 else (math.inf, math.inf)
 
     def affords(self, extra_bytes: int) -> bool:
-        """A node's unwritten prefix must fit in the earned bytes; only the node itself may overdraw."""
+        """A node's unwritten prefix must fit in the unspent budget; only the node itself may overdraw."""
         return self.level - extra_bytes > 0
 
     def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
         super().on_admitted(event, nbytes)
-        self.level -= nbytes
         self.bytes_admitted += nbytes
+        if nbytes <= 0:
+            return
+        t = self._t or 0.0
+        window = self._window
+        if window and t - window[-1][0] < self._slot_s:
+            window[-1][0] = t
+            window[-1][1] += nbytes
+        else:
+            window.append([t, float(nbytes)])
+        self._spent += nbytes
+        self._retune()
 
     def reset(self) -> None:
         super().reset()
-        self.level = 0.0
+        self._window.clear()
+        self._spent = 0.0
         self.bytes_admitted = 0
         self._t = None
         self._retune()
 
     @property
     def fill(self) -> float:
-        """Bucket fill in [0, 1] (negative level, one node over, counts as empty)."""
-        return min(1.0, max(0.0, self.level / self.depth))
+        """Unspent share of the window's budget in [0, 1] (an overdrawn window counts as empty)."""
+        return min(1.0, max(0.0, self.level / self.budget))
 
     def state(self) -> dict[str, float]:
         """Gauges for metrics and traces: thresholds, fill, bytes admitted so far."""
         return {"theta_E": self.theta_E, "theta_R": self.theta_R or 0, "fill": self.fill, "bytes_admitted": self.bytes_admitted}
 
     def _retune(self) -> None:
-        """Linear map of fill to threshold: full -> theta_min, empty -> theta_max."""
+        """``theta_min`` above the low-water mark, then linear to ``theta_max`` at an empty window."""
         p = self.params
-        span = p.theta_max - p.theta_min + 1
-        self.theta_E = max(p.theta_min, p.theta_max - math.floor(self.fill * span))
+        fill = self.fill
+        if fill >= p.low_water:
+            self.theta_E = p.theta_min
+        else:
+            span = p.theta_max - p.theta_min + 1
+            self.theta_E = max(p.theta_min, p.theta_max - math.floor(fill / p.low_water * span))
         self.theta_R = self.theta_E + p.reuse_offset if p.reuse_offset else None
         self.reuse_threshold = self.theta_R or 0
 
@@ -120,7 +155,8 @@ def _make_budget(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_c
     return WriteBudgetController(BudgetParams(
         dwpd=pn.dwpd,
         capacity_bytes=capacity,
-        horizon_s=cfg.budget_horizon_s,
+        window_s=cfg.budget_window_s,
+        low_water=cfg.budget_low_water,
         theta_min=cfg.budget_theta_min,
         theta_max=cfg.budget_theta_max,
         reuse_offset=cfg.budget_reuse_offset,

@@ -67,6 +67,17 @@ class RequestLog:
         return len(self.ttft_s)
 
 
+def peak_window_bytes(times: np.ndarray, cumulative_bytes: np.ndarray, window_s: float) -> float:
+    """Most bytes written within any ``window_s`` (a sliding DWPD window), from cumulative
+    writes sampled at increasing ``times``: each sample's total minus the last one a window before."""
+    t = np.asarray(times, dtype=np.float64)
+    w = np.asarray(cumulative_bytes, dtype=np.float64)
+    if not len(t):
+        return 0.0
+    before = np.searchsorted(t, t - window_s, side="right") - 1
+    return float(np.max(w - np.where(before >= 0, w[np.maximum(before, 0)], 0.0)))
+
+
 def p25_bad(values: np.ndarray) -> float:
     """Mean of the largest quarter (at least one sample); 0 for no samples."""
     if len(values) == 0:

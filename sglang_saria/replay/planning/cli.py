@@ -31,7 +31,7 @@ from sglang_saria.replay.planning.recommend import (
     pareto_front,
     parse_drives,
 )
-from sglang_saria.replay.planning.sweep import load_step_starts, sweep
+from sglang_saria.replay.planning.sweep import load_step_starts, idle_span_s, sweep
 from sglang_saria.replay.plot import pyplot, save_figure
 from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, ConfigError, DriveRating, parse_count, parse_duration_s
 
@@ -141,8 +141,6 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if not args.no_controller:
         policies.append(f"budget:{dwpd_eff:g}")
     cfgs = [build_config(args, p) for p in policies]
-    for cfg in cfgs:
-        cfg.admission.budget_capacity_bytes = pool_bytes  # the controller's DWPD refers to the drives
     settings = ReplaySettings(
         window_s=parse_duration_s(args.window, "--window"), seed=args.seed, in_flight=args.in_flight,
         prefill_tokens_per_s=args.prefill_tps, horizon_s=parse_duration_s(args.horizon, "--horizon"),
@@ -153,6 +151,13 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         starts = load_step_starts(sessions, settings.window_s, parse_duration_s(args.load_step, "--load-step"), settings.seed)
     else:
         starts = session_starts(sessions, settings.window_s, settings.seed)
+    # The plan judges every policy by the drives' budget over the replayed period, pro rata (a
+    # sample of steady operation). The controller gets that budget as one window that outlasts
+    # the replay: its DWPD refers to the drives, scaled from the window to a lower bound of the period.
+    span_s = idle_span_s(sessions, starts, settings.horizon_s)
+    for cfg in cfgs:
+        cfg.admission.budget_window_s = 2 * settings.horizon_s
+        cfg.admission.budget_capacity_bytes = max(1, round(pool_bytes * span_s / cfg.admission.budget_window_s))
     swept = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress)
     results = [p.metrics for p in swept]
     # The drive's budget accrues over the whole period the workload occupies: until the last

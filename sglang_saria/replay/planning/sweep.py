@@ -31,6 +31,15 @@ def load_step_starts(sessions: list, window_s: float, step_window_s: float, seed
     return np.array([by_id[s.session_id] if s.parent_id is None else by_id[s.parent_id] + s.start_offset_s for s in sessions])
 
 
+def idle_span_s(sessions: list, starts: np.ndarray, horizon_s: float) -> float:
+    """A lower bound of the period a replay occupies: until the last session's start plus its
+    recorded idle gaps (the replay adds each request's queueing, transfer and prefill), capped
+    at the horizon, after which no session issues."""
+    last = max((float(t0) + sum(r.idle_before_s for r in s.requests) for s, t0 in zip(sessions, starts) if s.requests),
+               default=0.0)
+    return max(1.0, min(last, horizon_s))
+
+
 _WORK: dict[str, Any] = {}
 
 
