@@ -80,7 +80,8 @@ from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 from sglang_saria.hicache.rank_agreement import RankAgreement
 from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
-from sglang_saria.hicache.tier_audit import AuxComponent, audit_tiers
+from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
+from sglang_saria.hicache.unit_eviction import evict_host_units
 from sglang_saria.mem_cache.coordinator import RealTimePacer
 from sglang_saria.hicache.reload_plan import PageObjects, checkpoint_loc, plan_pages
 from sglang_saria.mem_cache.planner import ReloadPlan
@@ -566,6 +567,15 @@ class SariaRadixCache(UnifiedRadixCache):
         # The mamba slots reloads in flight hold for their checkpoints (owned by no node yet).
         return super().mamba_protected_size() + getattr(self, "_inflight_states", 0)
 
+    def evict_host(self, num_tokens: int, component_type: ComponentType = ComponentType.FULL) -> int:
+        # State space under the policy: whole host units (FA pages + state) through the gate.
+        if (component_type != ComponentType.MAMBA or self.host_memory_mode == "buffer_only"
+                or not self.enable_storage or self._policy() is None):
+            return super().evict_host(num_tokens, component_type)
+        result = evict_host_units(self.tree_core, num_tokens)
+        self._apply_eviction_result(result)
+        return result.tracker.get(component_type, 0)
+
     # ------------------------------------------------------------------ waiting: HiCache's prefetch policies
     def check_prefetch_progress(self, request: CacheRequestHandle) -> bool:
         """Whether a request may leave the waiting queue: its reload has ended and been
@@ -830,7 +840,7 @@ class SariaRadixCache(UnifiedRadixCache):
                 self._audited_state = state
                 self.audit_tiers()
 
-    def audit_tiers(self) -> None:
+    def audit_tiers(self) -> TierAudit:
         """Check every node's device/host/SSD locations and counters (tier_audit.py)."""
         backend = self._backend()
         host_pool = self.cache_controller.mem_pool_host
@@ -850,6 +860,7 @@ class SariaRadixCache(UnifiedRadixCache):
         self._metrics.audited(audit.pages, len(audit.errors))
         for error in audit.errors:
             logger.error("saria tier audit: %s", error)
+        return audit
 
     def _reap_abandoned(self) -> None:
         """Free the slots of released reloads whose worker job has ended since."""
