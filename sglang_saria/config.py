@@ -40,7 +40,7 @@ class AdmissionConfig:
     budget_low_water: float = 0.1  # theta_E stays at theta_min while this share of the window's budget is left
     budget_theta_min: int = 2  # theta_E while budget is left
     budget_theta_max: int = 12  # theta_E as the window's budget runs out
-    budget_reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
+    budget_reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only (reuse writes spend the budget early)
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
 
     def validate(self, prefix: str = "admission") -> None:

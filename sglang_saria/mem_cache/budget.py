@@ -47,7 +47,7 @@ class BudgetParams:
     low_water: float = 0.1
     theta_min: int = 2
     theta_max: int = 12
-    reuse_offset: int = 4  # theta_R = theta_E + offset; 0 = eviction history only
+    reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only
 
     @property
     def rate_bytes_per_s(self) -> float:

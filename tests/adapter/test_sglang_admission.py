@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.replay.metrics import peak_window_bytes
 
 
 @dataclass(eq=False)
@@ -152,23 +153,30 @@ def test_extra_config_errors_name_the_key_and_value():
 def test_budget_policy_admits_within_the_drive_rating_only():
     now = [0.0]
     stored: set[str] = set()
-    config = SariaConfig.from_dict({"admission": {"policy": "budget:1", "budget_horizon_s": 10.0}})
-    # 1 DWPD of an 86.4 MB drive earns 1 KB/s; each node is 2 pages of 512 bytes.
+    config = SariaConfig.from_dict({"admission": {"policy": "budget:1", "budget_window_s": 10.0}})
+    # 1 DWPD of an 86.4 MB drive is 1 KB/s: 10 KB per 10-s window; each node is 2 pages of 512 bytes.
     policy = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, page_bytes=512,
                                 ssd_capacity_bytes=86_400_000, clock=lambda: now[0])
     # distinct page keys (page_key reads the first 16 hex digits), as SGLang's chained page hashes are
     tree = Tree()
     root = tree.add(0, [], None)
-    nodes = [tree.add(n + 1, [f"{n:016x}" + "0" * 48, f"{n + 1000:016x}" + "0" * 48], root) for n in range(40)]
-    for step in range(2000):
+    nodes = [tree.add(n + 1, [f"{n:016x}" + "0" * 48, f"{n + 1000:016x}" + "0" * 48], root) for n in range(400)]
+    times, admitted = [], []
+    for step in range(2000):  # 2 KB of nodes asking to be written per second: twice the rating
         now[0] = step * 0.05
         node = nodes[step % len(nodes)]
         insert(policy, tree, node)
         if not evict(policy, node):
             stored.update(node.hash_value)  # the write-before-reclaim completed
             assert evict(policy, node)
-    admitted = policy.admission.bytes_admitted
-    assert 0 < admitted <= 1000 * now[0] + 2 * 512, "writes stay under rate x time (+ one node)"
+        times.append(now[0])
+        admitted.append(policy.admission.bytes_admitted)
+    assert peak_window_bytes(times, admitted, 10.0) <= 10_000 + 2 * 512, "no window past its budget (+ one node)"
+    assert admitted[-1] > 0.6 * 1000 * now[0], "and the budget is used (from t = 20 s, when E reaches 2)"
+    # the controller's state is exported like SGLang's own gauges
+    from prometheus_client import REGISTRY
+    assert REGISTRY.get_sample_value("sglang:saria_budget_theta_e") == policy.admission.theta_E
+    assert REGISTRY.get_sample_value("sglang:saria_budget_unspent_ratio") == policy.admission.fill
 
 
 def prewrite_choice(admission: dict) -> tuple[list[int], SariaHiCachePolicy]:

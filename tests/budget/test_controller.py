@@ -26,7 +26,7 @@ def test_window_starts_with_its_budget_refuses_when_spent_and_frees_it_one_windo
     c = _ctl()
     assert c.rate == pytest.approx(1000.0) and c.budget == pytest.approx(100_000.0)
     c.on_clock(0.0)
-    assert c.state() == {"theta_E": 1, "theta_R": 5, "fill": 1.0, "bytes_admitted": 0}
+    assert c.state() == {"theta_E": 1, "theta_R": 0, "fill": 1.0, "bytes_admitted": 0}  # no reuse writes by default
     assert c.should_admit(1, 0, EV)
     c.on_admitted(EV, 60_000)
     c.on_clock(10.0)
