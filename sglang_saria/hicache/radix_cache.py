@@ -37,7 +37,11 @@ extending beyond the last checkpoint: SGLang's hybrid match stops before them) a
 from DRAM (`_tail_host_pages`): they go host -> device in the same gathers as the SSD pages
 after them, with the state at the plan's end from the store's sidecar, and the insert at
 publish revives host-only nodes with those rows (it frees the duplicate slots of nodes still
-on the device).
+on the device). Such pages are the head of another branch: SGLang inserts a request's KV
+only up to its last tracked checkpoint (`checkpoint_into_tree` takes the mamba component's
+`mamba_last_track_seqlen` as the insert's length), so a node's FA pages run past a
+checkpoint only where a request that left this prefix inside a checkpoint interval
+continued to a state of its own further on.
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
 policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this
@@ -390,9 +394,9 @@ class SariaRadixCache(UnifiedRadixCache):
         cap_pages = self._policy().config.transfer.max_inflight_reload_tokens // page
         # Hybrid: the tree may hold FA pages in host memory past the match (its last
         # checkpoint); they are planned from DRAM, the pages after them from SSD.
+        # Agreed, so the probe's collectives below run on every rank or on none.
         held = self._tail_host_pages(anchor, key_tail) if self._hybrid else []
-        logger.debug("saria probe %s: anchor %s at %d, %d host page(s) past it", request.rid, anchor, len(prefix), len(held))
-        n_held = min(len(held), cap_pages)
+        n_held = self._agree_min(min(len(held), cap_pages)) if self._hybrid else 0
         backend = self._backend()
         n_lead = self._agree_min(min(backend.batch_exists(hashes), cap_pages))
         n_after = 0
@@ -408,13 +412,12 @@ class SariaRadixCache(UnifiedRadixCache):
         tail = self._with_checkpoints(tail, hashes, start)
         host_tokens = self._host_only_tokens(anchor)
         plan = self._plan(anchor, host_tokens, start, tail)
-        if not plan.uses_ssd:
-            return None  # hybrid: no SSD page or state before the last checkpoint a tier holds
-        n_tail = plan.n_blocks - host_tokens // page
+        n_tail = plan.n_blocks - host_tokens // page  # the plan's pages past the match
         tail_dram = self._tail_dram_pages(plan, host_tokens, n_tail)
-        if n_tail == 0:
-            return None
-        timeout = self.prefetch_timeout_base + (n_tail - tail_dram + 1) * self.prefetch_timeout_per_page
+        n_ssd = n_tail - tail_dram
+        if n_ssd <= 0:
+            return None  # no SSD page (hybrid: before the last checkpoint a tier holds) for the worker
+        timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
         pending = _PendingReload(
             request=request,
             anchor=anchor,
