@@ -32,10 +32,16 @@ and gathers it with the last (`gdn_state.py`), and at publish the boundary node 
 slot as its mamba value; the request's own copy-on-write slot comes from SGLang's device
 match (`finalize_match_result_in_cache`), as for any device hit. A reload whose state did
 not land publishes nothing (FA pages without the state at their end resume nothing).
-Pages past the tree's match that the tree holds without a state (FA extending beyond the
-last checkpoint) are planned as SSD pages when stored (the insert frees the duplicate
-slots of device ones and revives host-only ones with the reloaded rows); taking them from
-the host pool instead is not done yet.
+Pages past the tree's match that the tree holds in host memory without a state (FA
+extending beyond the last checkpoint: SGLang's hybrid match stops before them) are planned
+from DRAM (`_tail_host_pages`): they go host -> device in the same gathers as the SSD pages
+after them, with the state at the plan's end from the store's sidecar, and the insert at
+publish revives host-only nodes with those rows (it frees the duplicate slots of nodes still
+on the device). Such pages are the head of another branch: SGLang inserts a request's KV
+only up to its last tracked checkpoint (`checkpoint_into_tree` takes the mamba component's
+`mamba_last_track_seqlen` as the insert's length), so a node's FA pages run past a
+checkpoint only where a request that left this prefix inside a checkpoint interval
+continued to a state of its own further on.
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
 policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this
@@ -106,7 +112,7 @@ class _PendingReload:
     key: RadixKey  # the request's key up to the end of the SSD pages
     start: int  # tokens before the SSD pages (device + host)
     host_tokens: int  # of those, host-only tokens (loaded back at submission, counted again there)
-    page_hashes: list[str]  # the SSD pages, in order
+    page_hashes: list[str]  # the pages past ``start`` (tail DRAM pages, then SSD pages), in order
     plan: ReloadPlan
     host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
     deadline: float  # step clock (`_now`); the `timeout` prefetch policy cuts the reload here
@@ -116,6 +122,18 @@ class _PendingReload:
     # page) and the device mamba slot it is gathered into: the new boundary node's value.
     state_key: Optional[str] = None
     state_slot: Optional[torch.Tensor] = None
+    # Hybrid trees: the leading pages past ``start`` that the tree holds in host memory
+    # past its last checkpoint (FA only, no state at their end: SGLang's match stops
+    # before them), planned from DRAM and gathered host -> device with the SSD pages.
+    tail: tuple = ()  # PageObjects of every page past ``start``, for the re-plan at submission
+    tail_dram_pages: int = 0
+    tail_host_slots: Optional[torch.Tensor] = None  # their host-pool slots, page_size per page
+    tail_node: Optional[NodeId] = None  # the tree node holding the last of them, host-locked
+    tail_lock: Any = None
+
+    @property
+    def ssd_hashes(self) -> list[str]:
+        return self.page_hashes[self.tail_dram_pages :]
 
 
 class SariaRadixCache(UnifiedRadixCache):
@@ -190,6 +208,9 @@ class SariaRadixCache(UnifiedRadixCache):
                 page_digest=backend.page_digest,
                 state_rows=state_rows,
                 read_state=backend.read_state_async if hybrid else None,
+                # Hybrid: FA pages the tree holds in host memory past its last checkpoint go
+                # host -> device in the gathers of the SSD pages (`_tail_host_pages`).
+                host_pool=host_pool.entry_map[PoolName.KV].host_pool if hybrid else None,
             )
         except (UnsupportedPoolLayout, UnsupportedStatePool) as e:
             logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
@@ -372,31 +393,104 @@ class SariaRadixCache(UnifiedRadixCache):
         key_tail = RadixKey(array("q", tokens[:tail]), extra_key=extra_key, cache_salt=cache_salt)
         hashes = get_storage_hash_str(key_tail, last_hash, page_size=page)
         cap_pages = self._policy().config.transfer.max_inflight_reload_tokens // page
-        n_ssd = self._agree_min(min(self._backend().batch_exists(hashes), cap_pages))
-        if n_ssd == 0:
+        # Hybrid: the tree may hold FA pages in host memory past the match (its last
+        # checkpoint); they are planned from DRAM, the pages after them from SSD.
+        # Agreed, so the probe's collectives below run on every rank or on none.
+        held = self._tail_host_pages(anchor, key_tail) if self._hybrid else []
+        n_held = self._agree_min(min(len(held), cap_pages)) if self._hybrid else 0
+        backend = self._backend()
+        n_lead = self._agree_min(min(backend.batch_exists(hashes), cap_pages))
+        n_after = 0
+        if n_held > n_lead:  # stored pages right after the held ones
+            n_after = self._agree_min(min(backend.batch_exists(hashes[n_held:]), cap_pages - n_held))
+        tail = [
+            PageObjects(page_key(h), (DRAM if i < n_held else 0) | (SSD if i < n_lead or n_held <= i else 0))
+            for i, h in enumerate(hashes[: max(n_lead, n_held + n_after)])
+        ]
+        if not tail:
             return None
+        start = len(prefix)
+        tail = self._with_checkpoints(tail, hashes, start)
         host_tokens = self._host_only_tokens(anchor)
-        plan = self._plan(anchor, host_tokens, len(prefix), hashes[:n_ssd])
-        if plan.ssd_blocks == 0:
-            return None  # hybrid: no SSD page before the last checkpoint a tier holds
-        n_ssd = plan.ssd_blocks
+        plan = self._plan(anchor, host_tokens, start, tail)
+        n_tail = plan.n_blocks - host_tokens // page  # the plan's pages past the match
+        tail_dram = self._tail_dram_pages(plan, host_tokens, n_tail)
+        n_ssd = n_tail - tail_dram
+        if n_ssd <= 0:
+            return None  # no SSD page (hybrid: before the last checkpoint a tier holds) for the worker
         timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
-        return _PendingReload(
+        pending = _PendingReload(
             request=request,
             anchor=anchor,
-            key=RadixKey(array("q", prefix + tokens[: n_ssd * page]), extra_key=extra_key, cache_salt=cache_salt),
-            start=len(prefix),
+            key=RadixKey(array("q", prefix + tokens[: n_tail * page]), extra_key=extra_key, cache_salt=cache_salt),
+            start=start,
             host_tokens=host_tokens,
-            page_hashes=hashes[:n_ssd],
+            page_hashes=hashes[:n_tail],
             plan=plan,
             # Only the host copy is locked here: a device lock would shrink the evictable
             # size under a prefill batch being built (this may run inside that loop).
             host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
             deadline=self._now() + timeout,
-            # The plan ends on the checkpoint of its last SSD page (pages past the anchor
-            # have no tree node, so no host state): that page's sidecar.
-            state_key=hashes[n_ssd - 1] if self._hybrid else None,
+            # The plan ends on the checkpoint of its last page, which the store's sidecar
+            # holds (a tree node holding a state there would have been matched).
+            state_key=hashes[n_tail - 1] if self._hybrid else None,
+            tail=tuple(tail[:n_tail]),
+            tail_dram_pages=tail_dram,
         )
+        if tail_dram:
+            node, _ = held[tail_dram - 1]
+            pending.tail_host_slots = torch.cat([slots for _, slots in held[:tail_dram]])
+            pending.tail_node = node
+            # The node holding the last DRAM page keeps its host copy (and so every host
+            # page above it: host eviction takes leaves) until the gather has run.
+            pending.tail_lock = self.inc_host_lock_ref(node).to_dec_params()
+        return pending
+
+    def _with_checkpoints(self, tail: list[PageObjects], hashes: list[str], start: int) -> list[PageObjects]:
+        """``tail`` with each page's checkpoint: on a hybrid tree a page ending on the grid
+        carries the state the store's sidecar holds there."""
+        backend = self._backend()
+        out = []
+        for i, p in enumerate(tail):
+            page_end = start + (i + 1) * self.page_size
+            ck = checkpoint_loc(page_end, self._checkpoint_grid, False, self._hybrid and backend.state_exists(hashes[i]))
+            out.append(PageObjects(p.key, p.fa_loc, ck))
+        return out
+
+    def _tail_dram_pages(self, plan: ReloadPlan, host_tokens: int, n_tail: int) -> int:
+        """How many leading pages past the match the plan takes from DRAM; the rest must be
+        SSD pages (the tree's host pages past the match are a leading run, which every
+        planner takes from DRAM first or not at all)."""
+        sources = plan.sources[host_tokens // self.page_size : host_tokens // self.page_size + n_tail]
+        dram = next((i for i, src in enumerate(sources) if src != DRAM), len(sources))
+        if DRAM in sources[dram:]:
+            raise RuntimeError(f"saria: plan interleaves DRAM pages after SSD pages past the match: {plan}")
+        return dram
+
+    def _tail_host_pages(self, anchor: NodeId, key: RadixKey) -> list[tuple[NodeId, torch.Tensor]]:
+        """The pages of ``key`` (the tokens past ``anchor``) that the tree holds in host memory
+        right below ``anchor``: (node holding the page, its host slots), in prefix order, up
+        to the first page no host copy holds. SGLang's hybrid match ends on the last node
+        with a GDN state, so FA pages past that checkpoint show up here, not in the match."""
+        page = self.page_size
+        node = self.tree_core.node_by_id(anchor)
+        pages: list[tuple[NodeId, torch.Tensor]] = []
+        offset = 0
+        while offset < len(key):
+            child = node.children.get(key[offset:].child_key(page))
+            if child is None:
+                break
+            host_value = child.component_data[ComponentType.FULL].host_value
+            if host_value is None:
+                break
+            matched = child.key.match(key[offset:], page_size=page) // page * page
+            for p in range(0, matched, page):
+                pages.append((child.id, host_value[p : p + page].to(torch.int64)))
+            if matched < len(child.key):
+                break
+            offset += matched
+            node = child
+        return pages
 
     def _host_only_tokens(self, anchor: NodeId) -> int:
         """Tokens of the match that only the host pool holds (the nodes just above ``anchor``)."""
@@ -440,17 +534,13 @@ class SariaRadixCache(UnifiedRadixCache):
             pages.append(PageObjects(page_key(h), DRAM | (SSD if stored else 0), ck))
         return pages
 
-    def _plan(self, anchor: NodeId, host_tokens: int, start: int, ssd_hashes: list[str]) -> ReloadPlan:
+    def _plan(self, anchor: NodeId, host_tokens: int, start: int, tail: Sequence[PageObjects]) -> ReloadPlan:
         """The core planner over the pages past the device prefix: DRAM where the host pool
-        has them, SSD where only the store does. ``start``: tokens before the SSD pages.
+        has them, SSD where only the store does. ``start``: tokens before ``tail``, the
+        pages past the match (hybrid: host pages past the last checkpoint, then stored ones).
         On a hybrid tree each page ending on a checkpoint boundary carries the GDN state
         the tiers hold there (`reload_plan.py`), and the plan ends on the last one."""
-        backend = self._backend()
-        pages = self._host_pages(anchor, host_tokens, start)
-        for i, h in enumerate(ssd_hashes):
-            page_end = start + (i + 1) * self.page_size
-            ck = checkpoint_loc(page_end, self._checkpoint_grid, False, self._hybrid and backend.state_exists(h))
-            pages.append(PageObjects(page_key(h), SSD, ck))
+        pages = self._host_pages(anchor, host_tokens, start) + list(tail)
         planner = self._policy().config.transfer.planner
         plan = plan_pages(pages, planner, hybrid=self._hybrid)
         host_pages = host_tokens // self.page_size
@@ -469,7 +559,7 @@ class SariaRadixCache(UnifiedRadixCache):
         while self._deferred:
             rid = self._deferred[0]
             pending = self._reloads[rid]
-            tokens = len(pending.page_hashes) * self.page_size
+            tokens = len(pending.page_hashes) * self.page_size  # tail DRAM and SSD pages
             if self._inflight_tokens and self._inflight_tokens + tokens > cap:
                 return
             slots = self._claim_device(pending, tokens)
@@ -485,9 +575,14 @@ class SariaRadixCache(UnifiedRadixCache):
             state = None
             if pending.state_slot is not None:
                 state = StateLoad(int(pending.state_slot[0]), key=pending.state_key)
-            pending.job = self._worker.submit(
-                ReloadJob(rid, pending.page_hashes, slots, dram_bytes=pending.host_tokens * bytes_per_token, state=state)
+            dram_tokens = pending.tail_dram_pages * self.page_size
+            job = ReloadJob(
+                rid, pending.ssd_hashes, slots,
+                dram_bytes=(pending.host_tokens + dram_tokens) * bytes_per_token, state=state,
             )
+            if dram_tokens:
+                job.host_slots, job.host_device_slots = pending.tail_host_slots, slots[:dram_tokens]
+            pending.job = self._worker.submit(job)
             self._held(tokens)
             if self._blocking:
                 pending.job.wait()  # the pre-issue-12 stall, for scripts/bench_serving.py only
@@ -520,7 +615,7 @@ class SariaRadixCache(UnifiedRadixCache):
         pending.path_lock = path_lock
         pending.host_tokens = host_tokens
         pending.state_slot = state_slot
-        pending.plan = self._plan(anchor, host_tokens, pending.start, pending.page_hashes)
+        pending.plan = self._plan(anchor, host_tokens, pending.start, pending.tail)
         return slots
 
     def _alloc_state_slot(self) -> Optional[torch.Tensor]:
@@ -646,20 +741,24 @@ class SariaRadixCache(UnifiedRadixCache):
         if job.pages == 0:
             self._release(pending, self._job_reason(job))
             return
-        if pending.state_slot is not None and not (job.state_loaded and job.pages == len(pending.page_hashes)):
+        if pending.state_slot is not None and not (job.state_loaded and job.pages == len(job.page_hashes)):
             # A hybrid prefix is reusable only up to its checkpoint: without the state at
             # its end the landed FA pages cannot resume the GDN layers; all is recomputed.
             self._release(pending, self._job_reason(job) if job.reason else "state")
             return
         host_loaded = pending.host_tokens  # loaded back when the job was submitted
+        # Tail DRAM pages (hybrid only, so all landed: a partial load was released above).
+        dram_tokens = pending.tail_dram_pages * self.page_size
         ssd_tokens = job.pages * self.page_size
-        published, unused = job.slots[:ssd_tokens], job.slots[ssd_tokens:]
-        hashes = pending.page_hashes[: job.pages]
+        published, unused = job.slots[: dram_tokens + ssd_tokens], job.slots[dram_tokens + ssd_tokens :]
+        hashes = job.page_hashes[: job.pages]
         if unused.numel():
             self.token_to_kv_pool_allocator.free(unused)
         self._held(-job.tokens)
         if self._kv_audit is not None:
-            self._kv_audit.store_to_device(PoolName.KV.value, hashes, published)
+            self._kv_audit.store_to_device(PoolName.KV.value, hashes, published[dram_tokens:])
+            if dram_tokens:
+                self._kv_audit.host_to_device(PoolName.KV.value, job.host_slots, published[:dram_tokens])
             if pending.state_slot is not None and PoolName.MAMBA.value in self._kv_audit.pools:
                 self._kv_audit.store_to_device(PoolName.MAMBA.value, [pending.state_key], pending.state_slot)
         self._metrics.pages_read("device", job.pages + int(pending.state_slot is not None))
@@ -668,25 +767,27 @@ class SariaRadixCache(UnifiedRadixCache):
         self._unlock(pending)
         # Held until the request locks its own path at admission (next step at the latest).
         self._reload_locks.append((last_node, self.inc_lock_ref(last_node).to_dec_params()))
-        self._published[request.rid] = pending.start + ssd_tokens
-        # SGLang's cached-token report: the SSD part is this request's storage hit.
-        self.prefetch_loaded_tokens_by_reqid[request] = ssd_tokens
-        self.prefetch_loaded_storage_start_by_reqid[request] = pending.start
-        self._metrics.reloaded("dram", host_loaded)
+        self._published[request.rid] = pending.start + len(published)
+        # SGLang's cached-token report: the SSD part is this request's storage hit (the
+        # DRAM part, loaded before admission, is reported as a device hit, as HiCache's).
+        if ssd_tokens:
+            self.prefetch_loaded_tokens_by_reqid[request] = ssd_tokens
+            self.prefetch_loaded_storage_start_by_reqid[request] = pending.start + dram_tokens
+        self._metrics.reloaded("dram", host_loaded + dram_tokens)
         self._metrics.reloaded("ssd", ssd_tokens)
-        if job.pages < len(pending.page_hashes):
+        if job.pages < len(job.page_hashes):
             # The rest of the prefix is recomputed; what landed is kept.
             self._metrics.reload_fallback(self._job_reason(job))
             logger.warning(
                 "saria reload %s: %d of %d SSD pages loaded (%s); recomputing the rest",
-                request.rid, job.pages, len(pending.page_hashes), job.reason,
+                request.rid, job.pages, len(job.page_hashes), job.reason,
             )
         logger.debug(
             "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks), read in %.2f ms "
             "off the scheduler thread, %.2f ms from arrival to admission",
             request.rid,
             pending.start - pending.host_tokens,
-            host_loaded,
+            host_loaded + dram_tokens,
             ssd_tokens,
             pending.plan.dram_blocks,
             pending.plan.ssd_blocks,
@@ -736,6 +837,9 @@ class SariaRadixCache(UnifiedRadixCache):
         if pending.path_lock is not None:
             self.dec_lock_ref(pending.anchor, pending.path_lock)
         self.dec_host_lock_ref(pending.anchor, pending.host_lock)
+        if pending.tail_lock is not None:
+            self.dec_host_lock_ref(pending.tail_node, pending.tail_lock)
+            pending.tail_lock = None
 
     def _insert_tail(self, rid: str, hit: _PendingReload, slots: torch.Tensor) -> NodeId:
         """Publish the SSD pages as device nodes under the anchor; the leading share chosen for

@@ -46,9 +46,14 @@ class ReloadJob:
 
     rid: str
     page_hashes: list[str]
-    slots: torch.Tensor  # page_size device slots per page, fresh (owned by no node)
-    dram_bytes: int = 0  # the plan's DRAM part, modelled by the pacer (HiCache copies it)
+    slots: torch.Tensor  # page_size device slots per page, fresh (owned by no node): every slot the job holds
+    dram_bytes: int = 0  # the plan's DRAM part, modelled by the pacer (HiCache copies most of it)
     state: Optional[StateLoad] = None  # hybrid: the plan's GDN checkpoint, into its own mamba slot
+    # Host-pool pages gathered with the SSD pages (hybrid: FA pages the tree holds in host
+    # memory past its last checkpoint): host slots -> device slots. With them ``slots`` is
+    # the DRAM pages' slots then the SSD pages' (``ssd_slots``).
+    host_slots: Optional[torch.Tensor] = None
+    host_device_slots: Optional[torch.Tensor] = None
     submitted: float = field(default_factory=time.monotonic)
     # ---- written by the worker
     pages: int = 0  # leading pages agreed by all ranks and in their slots
@@ -62,6 +67,12 @@ class ReloadJob:
     @property
     def tokens(self) -> int:
         return int(self.slots.numel())
+
+    @property
+    def ssd_slots(self) -> torch.Tensor:
+        """The slots of ``page_hashes`` (``slots`` past the host pages')."""
+        skip = 0 if self.host_device_slots is None else int(self.host_device_slots.numel())
+        return self.slots[skip:]
 
     @property
     def done(self) -> bool:
@@ -126,11 +137,14 @@ class ReloadWorker:
         landed, reason, state_loaded = 0, "stopped", False
         if not job.stopping:
             bytes_per_token = self.reloader.page_bytes // self.reloader.geometry.page_size
-            ticket = self.pacer.begin(job.dram_bytes, job.tokens * bytes_per_token)
+            ssd_slots = job.ssd_slots
+            ticket = self.pacer.begin(job.dram_bytes, int(ssd_slots.numel()) * bytes_per_token)
             try:
                 outcome = self.reloader.load(
                     job.page_hashes,
-                    job.slots,
+                    ssd_slots,
+                    host_slots=job.host_slots,
+                    host_device_slots=job.host_device_slots,
                     pace=lambda done: self.pacer.pace_ssd(ticket, done),
                     stop=lambda: job.stopping,
                     state=job.state,

@@ -217,3 +217,63 @@ def test_dram_prefix_and_ssd_tail_with_state_reload_in_one_plan(start_hybrid_ser
     for path in ("ssd_to_device", "device_to_host", "host_to_device"):
         assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
+
+
+# Another conversation on the same system prompt and tools: it leaves turn 2 at token 300,
+# inside the page 288-304, so its pages 256-288 (past turn 1's checkpoint at 256) are turn
+# 2's too. SGLang inserts a request's KV only up to its last mamba checkpoint (`extra_buffer`
+# truncates the insert there), so FA pages past a checkpoint reach the tree only inside a
+# longer branch like this one: the leading pages of a node whose state lies further on (384).
+OTHER_BRANCH = SYSTEM_AND_TOOLS + [4, 5, 6] * 30  # 390 tokens
+SHARED_PAGES_END = len(SYSTEM_AND_TOOLS) // 16 * 16  # 288: the last page both turns share ends here
+
+
+def test_host_fa_pages_past_the_last_checkpoint_come_from_dram_with_the_state_from_ssd(
+    start_hybrid_server, cold_hybrid_run, tiers_session
+):
+    """DRAM FA pages past the tree's last checkpoint (issue 15): after the other branch is
+    pushed off the device, host memory holds turn 2's prefix to 256 with its state and FA
+    pages 256-288 without one (the branch's state is at 384), so SGLang's hybrid match stops
+    at 256. Turn 2 takes 256-288 from DRAM too, gathered host -> device with the store's
+    pages 288-320 and the state at 320 from the store's sidecar, into the device pools."""
+    store = tiers_session.store.restored()
+    args = hicache_args(store, promotion={"mode": "full"})
+    with start_hybrid_server(args, env=AUDIT_ENV) as server:
+        branch = server.generate(OTHER_BRANCH)
+        assert cached_tokens(branch) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_1}
+        server.wait_storage_writes()
+        for other in OTHER_SESSIONS[:2]:  # push it off the 512-token device pool, not out of host memory
+            server.generate(other)
+            server.wait_storage_writes()
+        before = saria_metrics(server.metrics())
+        result = server.generate(TURN_2)
+        metrics = saria_metrics(server.metrics())
+    assert_matches_cold(branch, cold_hybrid_run(OTHER_BRANCH), "the other branch, its prefix from SSD")
+    from_dram = SHARED_PAGES_END  # the prefix with its state (HiCache's load-back) and the FA pages past it
+    from_ssd = LAST_CHECKPOINT_OF_TURN_2 - SHARED_PAGES_END
+    # Both DRAM parts are on the device before admission (a device hit); the SSD pages are the storage hit.
+    assert cached_tokens(result) == {"device": from_dram, "host": 0, "storage": from_ssd}
+    assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 from DRAM (to and past the checkpoint) + SSD")
+
+    def turn_2(name: str) -> float:
+        return metrics.get(name, 0) - before.get(name, 0)
+
+    assert turn_2("sglang:saria_reload_tokens_total/dram") == from_dram
+    assert turn_2("sglang:saria_reload_tokens_total/ssd") == from_ssd
+    # Two FA pages and the state at 320 from the store, into the device pools; none into host memory.
+    assert turn_2("sglang:saria_store_pages_read_total/device") == from_ssd // 16 + 1
+    assert metrics.get("sglang:saria_store_pages_read_total/host", 0) == 0, "a store page was staged in host memory"
+    # Every page of the DRAM part was checked host -> device against what left the device.
+    assert turn_2_pages(metrics, before, "host_to_device", "kv") >= from_dram // 16
+    assert turn_2_pages(metrics, before, "host_to_device", "mamba") >= 1
+    assert_kv_audit_clean(metrics, ("ssd_to_device", "device_to_host", "host_to_device"))
+    for path in ("ssd_to_device", "device_to_host", "host_to_device"):
+        assert kv_audit_pages(metrics, path, "kv") > 0, f"no FA page audited on {path}"
+        assert kv_audit_pages(metrics, path, "mamba") > 0, f"no mamba state audited on {path}"
+    assert metrics["sglang:saria_tier_audits_total"] > 0
+    assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
+
+
+def turn_2_pages(metrics: dict[str, float], before: dict[str, float], path: str, pool: str) -> int:
+    """Pages the KV audit checked on ``path`` for ``pool`` between ``before`` and ``metrics``."""
+    return kv_audit_pages(metrics, path, pool) - kv_audit_pages(before, path, pool)

@@ -126,3 +126,26 @@ def test_stopped_job_ends_after_the_chunk_in_flight_and_a_queued_one_reads_nothi
     assert (queued.pages, queued.reason) == (0, "stopped")
     assert agreed == [2, 0], "a skipped job still takes part in the ranks' agreement"
     assert not pool.k_buffer[0][4 * PAGE :].any()
+
+
+def test_job_gathers_host_pages_ahead_of_its_ssd_pages(make_store):
+    """A hybrid tail: the tree's host pages past the match (DRAM) go into the job's first
+    slots, the stored pages after them into the rest, in the same job."""
+    from tests.storage.test_device_reload import HostPool
+
+    store = make_store(slot_bytes="4KiB")
+    kvs = _store_pages(store, 2)
+    host = HostPool(4, "page_first", torch.float16)
+    pool = DevicePool(64, torch.float16)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(torch.float16), host_pool=host)
+    worker = ReloadWorker(reloader, RealTimePacer(BandwidthConfig(), "coordinated"), lambda v: v, [].extend)
+    slots = torch.arange(4 * PAGE, 8 * PAGE)  # 2 host pages, then 2 SSD pages
+    job = ReloadJob("r", ["p0", "p1"], slots, host_slots=torch.arange(PAGE, 3 * PAGE), host_device_slots=slots[: 2 * PAGE])
+    assert torch.equal(job.ssd_slots, slots[2 * PAGE :]) and job.tokens == 4 * PAGE
+    worker.submit(job)
+    assert job.wait(10)
+    worker.close()
+    assert (job.pages, job.reason) == (2, "")
+    for i in range(2):  # host pages 1, 2 -> device pages 4, 5; stored p0, p1 -> 6, 7
+        assert torch.equal(pool.k_buffer[1][(4 + i) * PAGE : (5 + i) * PAGE], host.page(1 + i)[0, 1])
+        assert torch.equal(pool.v_buffer[0][(6 + i) * PAGE : (7 + i) * PAGE], kvs[i][1, 0])
