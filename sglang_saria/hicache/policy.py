@@ -142,6 +142,13 @@ class SariaHiCachePolicy:
             self._metrics.budget(self.admission.theta_E, self.admission.fill)
         return now
 
+    def seed_budget(self, written: list[tuple[float, int]]) -> None:
+        """A ``budget:<DWPD>`` window starts with what the store wrote before this process,
+        (seconds ago, bytes) oldest first, so a restart does not refill the day's budget."""
+        if isinstance(self.admission, WriteBudgetController):
+            self.admission.seed(written, self.clock())
+            self._metrics.budget(self.admission.theta_E, self.admission.fill)
+
     def _order(self, chain: list[Any] | None, event: AdmissionEvent) -> list[Any]:
         """Count a decided chain's writes (the node's event, then closures) and mark them in flight."""
         if not chain:

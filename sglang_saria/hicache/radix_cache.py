@@ -88,6 +88,8 @@ from sglang_saria.hicache.rank_agreement import RankAgreement
 from sglang_saria.hicache.reload_worker import ReloadJob, ReloadWorker
 from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.unit_eviction import evict_host_units
+from sglang_saria.mem_cache.budget import WriteBudgetController
+from sglang_saria.storage.index import HOUR_S
 from sglang_saria.mem_cache.coordinator import RealTimePacer
 from sglang_saria.hicache.reload_plan import PageObjects, checkpoint_loc, plan_pages
 from sglang_saria.mem_cache.planner import ReloadPlan
@@ -257,17 +259,36 @@ class SariaRadixCache(UnifiedRadixCache):
         if policy is self._agreed_policy:
             return
         self._agreed_policy, self._agreement = policy, None
-        groups = self._attention_groups()
-        if policy is None or not groups:
+        if policy is None:
             return
-        agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
-        backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
-        agreement.on_removed = policy.use_agreement(agreement.on_ssd, agreement.clock)
-        self._agreement = agreement
-        logger.info(
-            "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
-            "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
-        )
+        groups = self._attention_groups()
+        if groups:
+            agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
+            backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
+            agreement.on_removed = policy.use_agreement(agreement.on_ssd, agreement.clock)
+            self._agreement = agreement
+            logger.info(
+                "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
+                "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
+            )
+        self._seed_write_budget(policy, backend.store)
+
+    def _seed_write_budget(self, policy: SariaHiCachePolicy, store: Any) -> None:
+        """A ``budget:<DWPD>`` window starts with the bytes the store wrote within it before this
+        process (persisted per hour), so restarts do not refill the day's budget. Whole hours
+        ago, agreed (MAX) by the ranks: their controllers decide the same."""
+        if not isinstance(policy.admission, WriteBudgetController):
+            return
+        window_s = policy.admission.params.window_s
+        hours_ago = [0] * (int(window_s // HOUR_S) + 1)
+        for age, nbytes in store.recent_writes(window_s):
+            hours_ago[min(len(hours_ago) - 1, int(age // HOUR_S))] += nbytes
+        if self._agreement is not None:
+            hours_ago = self._agreement.max_over_ranks(hours_ago)
+        policy.seed_budget([(k * HOUR_S, b) for k, b in reversed(list(enumerate(hours_ago))) if b])
+        if any(hours_ago):
+            logger.info("saria: budget:<DWPD> window starts with %.1f MiB written by earlier runs (%.0f%% of its budget left)",
+                        sum(hours_ago) / (1 << 20), 100 * policy.admission.fill)
 
     def _now(self) -> float:
         """The clock of decisions that change the tree (reload deadlines): the agreed step clock

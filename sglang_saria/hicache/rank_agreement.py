@@ -131,6 +131,12 @@ class RankAgreement:
                 self.on_removed(sorted(gone))  # the same order on every rank
             logger.debug("saria rank agreement: %d page(s) left some rank's store", len(gone))
 
+    def max_over_ranks(self, values: Sequence[int]) -> list[int]:
+        """Elementwise MAX of ``values`` over the ranks (a collective: same length everywhere)."""
+        vec = torch.tensor(list(values), dtype=torch.int64)
+        self._all_reduce_max(vec)
+        return [int(v) for v in vec.tolist()]
+
     # ---------------------------------------------------------------- collectives
     def _seed(self, local: list[str]) -> tuple[set[int], float]:
         """The agreed view at start: the pages every store holds, and the first step clock."""

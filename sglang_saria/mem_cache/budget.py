@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sglang_saria.config import AdmissionConfig, ConfigError
@@ -87,6 +88,17 @@ class WriteBudgetController(ThresholdAdmission):
             self._spent -= window.popleft()[1]
         if not window:
             self._spent = 0.0  # no float drift once the window is empty
+        self._retune()
+
+    def seed(self, written: Iterable[tuple[float, int]], now: float) -> None:
+        """Count bytes written before this controller existed (a server restart), given as
+        (seconds before ``now``, bytes): each holds the window until its time plus the window,
+        as if admitted then."""
+        self.on_clock(now)
+        seeded = [[now - age, float(nbytes)] for age, nbytes in written if 0 <= age < self.params.window_s and nbytes > 0]
+        if seeded:
+            self._window = deque(sorted([*self._window, *seeded], key=lambda entry: entry[0]))
+            self._spent += sum(nbytes for _, nbytes in seeded)
         self._retune()
 
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from sglang_saria.storage.index import DeviceCounters
+from sglang_saria.storage.index import HOUR_S, KEPT_HOURS, DeviceCounters
 from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, DriveRating
 
 MIN_OBSERVATION_S = 60.0  # avoid absurd rates from the first seconds of a store
@@ -42,14 +42,21 @@ class DeviceAccount:
         self._c = counters
         self._lock = threading.Lock()
 
-    def add(self, written: int = 0, read: int = 0) -> None:
+    def add(self, written: int = 0, read: int = 0, now: Optional[float] = None) -> None:
         with self._lock:
             self._c.bytes_written += written
             self._c.bytes_read += read
+            if written:
+                hours = self._c.hours
+                hour = int((time.time() if now is None else now) // HOUR_S)
+                hours[hour] = hours.get(hour, 0) + written
+                if len(hours) > KEPT_HOURS:
+                    for old in sorted(hours)[:-KEPT_HOURS]:
+                        del hours[old]
 
     def snapshot(self) -> DeviceCounters:
         with self._lock:
-            return DeviceCounters(self._c.bytes_written, self._c.bytes_read, self._c.since)
+            return DeviceCounters(self._c.bytes_written, self._c.bytes_read, self._c.since, dict(self._c.hours))
 
     def report(self, rating: Optional[DriveRating], now: Optional[float] = None) -> DeviceEndurance:
         c = self.snapshot()

@@ -45,11 +45,18 @@ class Entry:
     dead: bool = False  # removed while pinned: slots freed on last unpin
 
 
+HOUR_S = 3600.0
+KEPT_HOURS = 48  # hourly write totals kept: a write budget's day window plus a day of slack
+
+
 @dataclass
 class DeviceCounters:
     bytes_written: int = 0
     bytes_read: int = 0
     since: float = field(default_factory=time.time)
+    # bytes written per wall-clock hour (hour number since the epoch), the last KEPT_HOURS:
+    # a write budget's window survives a restart (mem_cache/budget.py ``seed``)
+    hours: Dict[int, int] = field(default_factory=dict)
 
 
 class SQLiteIndex:
@@ -69,6 +76,9 @@ class SQLiteIndex:
             CREATE TABLE IF NOT EXISTS devices(
                 dir TEXT PRIMARY KEY, bytes_written INTEGER NOT NULL,
                 bytes_read INTEGER NOT NULL, since REAL NOT NULL);
+            CREATE TABLE IF NOT EXISTS device_hours(
+                dir TEXT NOT NULL, hour INTEGER NOT NULL, bytes_written INTEGER NOT NULL,
+                PRIMARY KEY(dir, hour));
             """
         )
 
@@ -138,8 +148,13 @@ class SQLiteIndex:
 
     def load_devices(self) -> Dict[str, DeviceCounters]:
         with self._lock:
-            rows = self._db.execute("SELECT dir, bytes_written, bytes_read, since FROM devices")
-            return {d: DeviceCounters(w, r, s) for d, w, r, s in rows.fetchall()}
+            rows = self._db.execute("SELECT dir, bytes_written, bytes_read, since FROM devices").fetchall()
+            hours = self._db.execute("SELECT dir, hour, bytes_written FROM device_hours").fetchall()
+        devices = {d: DeviceCounters(w, r, s) for d, w, r, s in rows}
+        for d, hour, w in hours:
+            if d in devices:
+                devices[d].hours[hour] = w
+        return devices
 
     def commit(
         self,
@@ -175,6 +190,13 @@ class SQLiteIndex:
                     "INSERT OR REPLACE INTO devices VALUES (?, ?, ?, ?)",
                     [(d, c.bytes_written, c.bytes_read, c.since) for d, c in devices.items()],
                 )
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO device_hours VALUES (?, ?, ?)",
+                    [(d, hour, w) for d, c in devices.items() for hour, w in c.hours.items()],
+                )
+                oldest = min((min(c.hours) for c in devices.values() if c.hours), default=None)
+                if oldest is not None:
+                    self._db.execute("DELETE FROM device_hours WHERE hour < ?", (oldest,))
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")

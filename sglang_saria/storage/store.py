@@ -46,7 +46,7 @@ from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_c
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
 from sglang_saria.storage.engine import IOEngine, select_engine
-from sglang_saria.storage.index import DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
+from sglang_saria.storage.index import HOUR_S, DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
 from sglang_saria.storage.layout import SlabLayout, SubIO, block_device_name, prepare_dir, prepare_slab
 from sglang_saria.storage.metrics import store_metrics
 
@@ -649,6 +649,19 @@ class SariaStore:
     # ---------------------------------------------------------------- stats
     def endurance(self) -> List[DeviceEndurance]:
         return [d.report(self.config.drive_rating) for d in self._devices]
+
+    def recent_writes(self, within_s: float, now: Optional[float] = None) -> List[Tuple[float, int]]:
+        """Bytes written to the data dirs within the last ``within_s`` seconds, as (age, bytes)
+        per wall-clock hour, oldest first, persisted across restarts. The age is the bucket's
+        latest possible write (its end, or now), so a window seeded with it never frees
+        bytes early."""
+        now = time.time() if now is None else now
+        totals: Dict[int, int] = {}
+        for device in self._devices:
+            for hour, written in device.snapshot().hours.items():
+                totals[hour] = totals.get(hour, 0) + written
+        ages = ((now - min(now, (hour + 1) * HOUR_S), written) for hour, written in sorted(totals.items()))
+        return [(age, written) for age, written in ages if age < within_s and written]
 
     def stats(self) -> StoreStats:
         with self._lock:

@@ -167,3 +167,20 @@ def test_core_reports_clock_and_bytes_to_the_controller():
     assert core.ssd.bytes_written > 0
     assert ctl.bytes_admitted == core.ssd.bytes_written
     assert ctl.level <= ctl.budget
+
+
+def test_seed_holds_earlier_writes_until_their_window_ends():
+    c = _ctl()  # 100 KB per 100-s window
+    c.seed([(150.0, 99_999), (60.0, 30_000), (0.0, 20_000)], now=1000.0)  # the first is outside the window
+    assert c.level == pytest.approx(50_000.0) and c.bytes_admitted == 0
+    c.on_clock(1039.9)
+    assert c.level == pytest.approx(50_000.0)
+    c.on_clock(1040.0)  # written 60 s before 1000: leaves at 1040
+    assert c.level == pytest.approx(80_000.0)
+    c.on_clock(1100.0)
+    assert c.level == pytest.approx(c.budget)
+    c.on_admitted(EV, 10_000)  # seeded after an admission: merged in time order
+    c.seed([(50.0, 5_000)], now=1100.0)
+    assert c.level == pytest.approx(85_000.0)
+    c.on_clock(1150.0)  # the seeded bytes (t=1050) leave first
+    assert c.level == pytest.approx(90_000.0)

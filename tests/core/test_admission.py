@@ -45,11 +45,14 @@ def test_thresholds_are_a_necessary_condition_of_should_admit(name):
                     assert R >= r_min or E >= e_min, (event, E, R)
 
 
-def test_thresholds_bound_prewrite_at_E_minus_1_and_an_empty_budget_bounds_every_node_out():
+def test_thresholds_bound_prewrite_at_E_minus_1_and_a_spent_budget_bounds_every_node_out():
     inf = float("inf")
     assert make_admission_policy("eviction:E3").thresholds(AdmissionEvent.PREWRITE) == (inf, 2)
     assert make_admission_policy("combined:E2R8").thresholds(AdmissionEvent.INSERT) == (8, inf)
-    assert make_admission_policy("budget:1", ssd_capacity_bytes=2**40).thresholds(AdmissionEvent.PREWRITE) == (inf, inf)
+    budget = make_admission_policy("budget:1", ssd_capacity_bytes=2**40)
+    assert budget.thresholds(AdmissionEvent.PREWRITE) == (inf, 1)  # the day's budget is left: theta_min = 2
+    budget.on_admitted(AdmissionEvent.EVICT, 2**40)  # one drive write: the day's budget spent
+    assert budget.thresholds(AdmissionEvent.PREWRITE) == (inf, inf)
 
 
 def _evict_once_then_return(core):

@@ -107,3 +107,22 @@ def test_tree_locations_agree_with_pools_and_store_throughout(request, run):
     assert metrics["sglang:saria_tree_pages/host"] > 0
     # The gauge the scenario waits on between turns (launcher.wait_storage_writes) is live.
     assert metrics["sglang:saria_storage_writes_in_flight"] == 0
+
+
+def test_budget_window_counts_earlier_runs_writes_after_a_restart(start_server, requests, tmp_path):
+    """``budget:<DWPD>`` holds its day across restarts: the store persists its writes per hour,
+    and a restarted server's controller starts with them in its window, not a full day's budget."""
+    args = saria_hicache_args({"data_dirs": [str(tmp_path)], "admission": "budget:1", "capacity": "64MiB"})
+    with start_server(args) as server:
+        for prompt in requests:
+            server.generate(prompt)
+            server.wait_storage_writes()
+        first = saria_metrics(server.metrics())
+    assert first["sglang:saria_ssd_bytes_written_total"] > 0
+    spent = 1.0 - first["sglang:saria_budget_unspent_ratio"]
+    assert 0 < spent < 1
+    with start_server(args) as server:  # nothing served yet: the window holds the first run's writes
+        restarted = saria_metrics(server.metrics())
+    # The store counts device bytes (KV pages and padding) >= the node bytes the controller admitted.
+    assert 1.0 - restarted["sglang:saria_budget_unspent_ratio"] >= spent
+    assert restarted["sglang:saria_budget_theta_e"] >= 2
