@@ -49,7 +49,7 @@ def test_extra_config_from_a_file_is_read_as_sglang_reads_it(tmp_path):
         (memory_args({"transfer": {"direct_reload": False}}), CELL),  # HiCache's prefetch: no staging
         (memory_args(backend="file"), CELL),
         (memory_args(hicache=False), CELL),
-        (memory_args(), 0),  # a pool SGLang does not price per token cell (hybrid)
+        (memory_args(), 0),  # a pool SGLang does not price per token cell (MLA): no reloader
     ],
 )
 def test_nothing_is_reserved_where_no_reloader_will_be_built(args, cell):
