@@ -11,8 +11,9 @@ each chunk, so a coordinated reload spreads DRAM copies over the SSD reads (pape
 
 Staging is two chunks (a double buffer: the next chunk reads while this one is gathered),
 allocated once when the reloader is built, so a reload allocates no device memory and
-cannot run out of it mid-flight. Its size (`staging_bytes`) is reserved out of SGLang's KV
-budget when the pool is sized (`sglang_saria/hicache/reload_staging.py`, patch 009).
+cannot run out of it mid-flight. Its size (`staging_bytes`, and a hybrid model's checkpoint
+page) is reserved out of SGLang's KV budget when the pool is sized
+(`sglang_saria/hicache/reload_staging.py`, patch 009).
 Loads are serialised on the reloader (one staging buffer pair); the reload worker runs one
 job at a time anyway.
 

@@ -13,6 +13,7 @@ path (`transfer.direct_reload: false`) is the baseline the restart is compared w
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pytest
@@ -152,8 +153,16 @@ def test_restarted_server_reloads_ssd_hit_into_device_pools(start_hybrid_server,
     with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
         result = server.generate(TURN_2)
         metrics = saria_metrics(server.metrics())
+        log = server.log_path.read_text(errors="replace")
     assert cached_tokens(result) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}
     assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 after a restart")
+    # Patch 009 took the reloader's staging, FA pages and the GDN checkpoint page, off the KV budget.
+    reserved = re.findall(r"saria: (\d+) bytes \S+ MiB\) of the KV budget reserved", log)
+    staging = re.findall(
+        r"direct reload staging (\d+) bytes \S+ MiB\): FA pages \d+ \+ GDN checkpoint [1-9]\d* on \S+, reserved", log
+    )
+    assert staging and set(staging) == set(reserved), f"staging {staging} vs reserved {reserved}"
+    assert "comes out of the runtime slack" not in log
     assert_no_store_page_in_host_memory(metrics, TURN_2_PAGES + 1)
     assert_kv_audit_clean(metrics, ("ssd_to_device",))
     assert kv_audit_pages(metrics, "ssd_to_device", "kv") == TURN_2_PAGES
