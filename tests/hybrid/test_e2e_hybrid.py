@@ -185,24 +185,31 @@ def test_restarted_server_host_staged_baseline_resumes_mamba_state(start_hybrid_
     assert metrics.get("sglang:saria_store_pages_read_total/device", 0) == 0
 
 
+def turn_2_after_a_pushed_off_prompt(start_hybrid_server, tiers_session, prompt: list[int]):
+    """On a server restarted on the session's store (promotion mode full): ``prompt``, whose
+    prefix to turn 1's checkpoint comes from SSD and is promoted to host memory; two other
+    sessions push it off the 512-token device pool, not out of host memory; then turn 2.
+    Returns (prompt's result, metrics before turn 2, turn 2's result, metrics after)."""
+    args = hicache_args(tiers_session.store.restored(), promotion={"mode": "full"})
+    with start_hybrid_server(args, env=AUDIT_ENV) as server:
+        first = server.generate(prompt)
+        assert cached_tokens(first) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_1}
+        server.wait_storage_writes()
+        for other in OTHER_SESSIONS[:2]:
+            server.generate(other)
+            server.wait_storage_writes()
+        before = saria_metrics(server.metrics())  # the other sessions reloaded their own prefixes from SSD
+        result = server.generate(TURN_2)
+        return first, before, result, saria_metrics(server.metrics())
+
+
 def test_dram_prefix_and_ssd_tail_with_state_reload_in_one_plan(start_hybrid_server, cold_hybrid_run, tiers_session):
     """DRAM + SSD: turn 1's prefix (up to its checkpoint at 256) reloads from SSD and is
     promoted to host memory with its GDN state as one unit (promotion mode full); pushed
     off the device, it comes back from DRAM (with its state, HiCache's load-back) while the
     rest of turn 2 (pages to 320) and the state at 320 come from the store into the device
     pools, in one plan."""
-    store = tiers_session.store.restored()
-    args = hicache_args(store, promotion={"mode": "full"})
-    with start_hybrid_server(args, env=AUDIT_ENV) as server:
-        first = server.generate(SYSTEM_AND_TOOLS)
-        assert cached_tokens(first) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_1}
-        server.wait_storage_writes()
-        for other in OTHER_SESSIONS[:2]:  # push it off the 512-token device pool, not out of host memory
-            server.generate(other)
-            server.wait_storage_writes()
-        before = saria_metrics(server.metrics())  # the other sessions reloaded their own prefixes from SSD
-        result = server.generate(TURN_2)
-        metrics = saria_metrics(server.metrics())
+    first, before, result, metrics = turn_2_after_a_pushed_off_prompt(start_hybrid_server, tiers_session, SYSTEM_AND_TOOLS)
     assert_matches_cold(first, cold_hybrid_run(SYSTEM_AND_TOOLS), "turn 1 from SSD")
     # The reload runs while the request waits in the queue: its DRAM part is loaded to the
     # device then (HiCache's load-back), so SGLang reports it as a device hit; the reload
@@ -245,18 +252,7 @@ def test_host_fa_pages_past_the_last_checkpoint_come_from_dram_with_the_state_fr
     pages 256-288 without one (the branch's state is at 384), so SGLang's hybrid match stops
     at 256. Turn 2 takes 256-288 from DRAM too, gathered host -> device with the store's
     pages 288-320 and the state at 320 from the store's sidecar, into the device pools."""
-    store = tiers_session.store.restored()
-    args = hicache_args(store, promotion={"mode": "full"})
-    with start_hybrid_server(args, env=AUDIT_ENV) as server:
-        branch = server.generate(OTHER_BRANCH)
-        assert cached_tokens(branch) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_1}
-        server.wait_storage_writes()
-        for other in OTHER_SESSIONS[:2]:  # push it off the 512-token device pool, not out of host memory
-            server.generate(other)
-            server.wait_storage_writes()
-        before = saria_metrics(server.metrics())
-        result = server.generate(TURN_2)
-        metrics = saria_metrics(server.metrics())
+    branch, before, result, metrics = turn_2_after_a_pushed_off_prompt(start_hybrid_server, tiers_session, OTHER_BRANCH)
     assert_matches_cold(branch, cold_hybrid_run(OTHER_BRANCH), "the other branch, its prefix from SSD")
     from_dram = SHARED_PAGES_END  # the prefix with its state (HiCache's load-back) and the FA pages past it
     from_ssd = LAST_CHECKPOINT_OF_TURN_2 - SHARED_PAGES_END
