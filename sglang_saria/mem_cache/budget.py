@@ -14,7 +14,7 @@ replay (350 WEKA sessions, qwen3.5-9b, docs/fidelity.md): a token bucket that st
 refuses the writes of the first hours, and a threshold that rises with every byte spent
 defers persistence while budget is left. Under load both turn into recomputation, which
 queues requests, which keeps more contexts alive and evicted, which needs more writes:
-``budget:10`` served 0.69 CHAR with both, 0.97 with this rule (E2 alone: 0.96). Raising
+``budget:10`` served CHAR 0.69 with both and 0.96 with this rule, which is E2's. Raising
 theta saves few bytes on such a workload (E2 -> E8 cut writes by a quarter at half the
 CHAR), so the budget is best spent at ``theta_min`` and rationed only near its end.
 Deterministic given the clock.
