@@ -171,8 +171,10 @@ class SariaCore:
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
-        writes_ssd = self.admission.writes_ssd
-        self._hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        sizes = self._sizes
+        decide = self.sequencer.insert if self.admission.writes_ssd else None
+        view = self.view
+        self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
@@ -181,7 +183,7 @@ class SariaCore:
             if node.fa_loc & DRAM:
                 dram.access(k)
                 continue
-            tokens, nbytes = self._size(node)
+            tokens, nbytes = sizes[node.ck_loc >= 0]  # _size, inline: once per computed block
             if tokens <= dram.capacity_tokens:  # else (e.g. GDS-only) it passes from HBM straight to admission
                 if dram.free_tokens < tokens:
                     self._evict_dram(tokens, acts)
@@ -189,8 +191,10 @@ class SariaCore:
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
-            if writes_ssd and not node.fa_loc & SSD:
-                self._execute(self.sequencer.insert(self.view, k, node, self._hbm), _INSERT, acts)
+            if decide is not None and not node.fa_loc & SSD:
+                chain = decide(view, k, node, hbm)
+                if chain:
+                    self._execute(chain, _INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
@@ -279,20 +283,21 @@ class SariaCore:
         the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim)."""
         dram = self.dram
         nodes = self.metadata.nodes
-        writes_ssd = self.admission.writes_ssd
-        seq, view = self.sequencer, self.view
+        decide = self.sequencer.evict if self.admission.writes_ssd else None
+        view, hbm, stats = self.view, self._hbm, self.stats
         while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
-            chain = seq.evict(view, k, node, self._hbm) if writes_ssd and not node.fa_loc & SSD else None
+            chain = decide(view, k, node, hbm) if decide is not None and not node.fa_loc & SSD else None
             node.E += 1
-            self._execute(chain, _EVICT, acts)
+            if chain:
+                self._execute(chain, _EVICT, acts)
             dram.remove(k)
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
                 node.ck_loc &= ~DRAM
             acts.dram_evictions.append(k)
-            self.stats.dram_evictions += 1
+            stats.dram_evictions += 1
 
     def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
         """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
@@ -311,7 +316,10 @@ class SariaCore:
         if not candidates:
             return
         dram = self.dram
-        sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        if self.hybrid:
+            sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        else:  # no node carries a checkpoint
+            sizes = [self.block_tokens] * len(candidates)
         # DRAM's eviction end, read lazily (the sequencer's rule decides, as for SGLang's host leaves)
         head = ((nodes[k], bool(nodes[k].fa_loc & SSD), dram.size_of(k)[0]) for k in dram.victims())
         n = self.sequencer.promotion_set(self.promotion, now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head)
@@ -330,7 +338,7 @@ class SariaCore:
     def _prewrite_scan(self, acts: Actions) -> None:
         """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
         written before the next is decided)."""
-        nodes = self.metadata.nodes
-        head = ((k, nodes[k]) for k in islice(self.dram.victims(), self._prewrite_depth))
+        keys = list(islice(self.dram.victims(), self._prewrite_depth))
+        head = zip(keys, map(self.metadata.nodes.__getitem__, keys))
         for chain in self.sequencer.prewrite(self.view, head, self._hbm):
             self._execute(chain, _PREWRITE, acts)

@@ -12,6 +12,9 @@ after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from functools import partial
+from itertools import compress, count
+from operator import is_
 
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
@@ -19,6 +22,7 @@ NO_CHECKPOINT = -1  # ck_loc of nodes that do not end on a checkpoint boundary
 ROOT = -1  # parent of a first block (keys are non-negative)
 FA_BLOCK = "fa"
 GDN_CHECKPOINT = "gdn"
+_is_none = partial(is_, None)
 
 
 class ContextNode:
@@ -65,17 +69,17 @@ class ContextMetadata:
         """A request's input contains ``keys``: count reuse, create first-time nodes.
 
         Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
-        reuse-triggered admission path turns into asynchronous writes. O(len(keys)).
+        reuse-triggered admission path turns into asynchronous writes. O(len(keys)), with
+        Python code per block only for the counters. The keys of one request are distinct
+        (chained: each names a prefix of its own length).
         """
-        reached: list[int] = []
-        for i, node in enumerate(map(self.nodes.get, keys)):  # lazy: a node created at i is seen at i + 1
-            if node is None:
-                self._create(keys[i], i, keys[i - 1] if i else ROOT, now)
-                continue
+        found = list(map(self.nodes.get, keys))
+        for node in filter(None, found):  # the known blocks (a node is always true)
             node.R += 1
             node.t_reuse = now
-            if node.R == r_watch:
-                reached.append(keys[i])
+        reached = [k for k, node in zip(keys, found) if node is not None and node.R == r_watch] if r_watch else []
+        for i in compress(count(), map(_is_none, found)):  # first computations, each after its parent
+            self._create(keys[i], i, keys[i - 1] if i else ROOT, now)
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         return reached
 
