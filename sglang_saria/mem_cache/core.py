@@ -17,7 +17,7 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
 from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
-from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
+from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
@@ -28,6 +28,9 @@ from sglang_saria.model_specs import ModelSpec
 # module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
 _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
                                                 AdmissionEvent.PREWRITE, AdmissionEvent.CLOSURE)
+# plan sources (bytes) -> 1 where a block loads from DRAM (from SSD): selectors for itertools.compress
+_FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
+_FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
 
@@ -132,11 +135,12 @@ class SariaCore:
         as asynchronous SSD writes. O(len(keys)).
         """
         self.admission.on_clock(now)
-        plan = self.lookup(keys)
-        acts = Actions()
         md = self.metadata
-        reached = md.record_use(keys, now, self.admission.reuse_threshold)
         nodes = md.nodes
+        found = list(map(nodes.get, keys))  # one lookup per key for the plan (``lookup``) and the reuse count
+        plan = plan_nodes(found, self.planner, self.hybrid)
+        acts = Actions()
+        reached = md.record_use(keys, now, self.admission.reuse_threshold, found)
         dram, ssd = self.dram, self.ssd
         # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
         hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
@@ -144,9 +148,9 @@ class SariaCore:
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
-            src_rev = plan.sources[::-1]  # DRAM or SSD per block: C loops select each source's blocks
-            dram.access_many(compress(hit, map(DRAM.__and__, src_rev)))
-            ssd_hits = list(compress(keys, map(SSD.__and__, plan.sources)))  # head first
+            src = bytes(plan.sources)  # DRAM or SSD per block: C loops select each source's blocks
+            dram.access_many(compress(hit, src[::-1].translate(_FROM_DRAM)))
+            ssd_hits = list(compress(keys, src.translate(_FROM_SSD)))  # head first
             ssd.count_reads(ssd_hits, self.block_bytes)
             self.ssd_order.touch_prefix(ssd_hits)  # the SSD order's read rule: deepest first
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
