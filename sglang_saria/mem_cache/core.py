@@ -31,6 +31,7 @@ _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, Admission
 # plan sources (bytes) -> 1 where a block loads from DRAM (from SSD): selectors for itertools.compress
 _FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
 _FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
+_SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
 
@@ -307,16 +308,10 @@ class SariaCore:
         """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
         nodes = self.metadata.nodes
         prefix = keys[: plan.n_blocks]
-        in_dram = 0
-        candidates: list[int] = []
-        for k, node in zip(prefix, map(nodes.get, prefix)):
-            if node is None:
-                continue
-            loc = node.fa_loc
-            if loc & DRAM:
-                in_dram += 1
-            elif loc & SSD:
-                candidates.append(k)
+        # FA locations now (0: reclaimed while the request ran); C calls count and select them
+        locs = bytes([node.fa_loc if node is not None else 0 for node in map(nodes.get, prefix)])
+        in_dram = locs.count(DRAM) + locs.count(DRAM | SSD)
+        candidates = list(compress(prefix, locs.translate(_SSD_ONLY)))  # SSD hits not in DRAM, head first
         if not candidates:
             return
         dram = self.dram
