@@ -66,6 +66,9 @@ class TransferCoordinator:
         self.dram = bw.dram_gbps * _GB
         self.active: list[Transfer] = []
         self.now = 0.0
+        # (rates, next finish) decided for the current state, until it changes: the replay asks for the
+        # next event time, then advances to it, so each decision would otherwise be made twice
+        self._decided: tuple[list[tuple[float, float]], float] | None = None
 
     def submit(self, req_id: int, dram_bytes: float, ssd_bytes: float, now: float) -> list[tuple[int, float]]:
         """Queue a reload at ``now``; returns transfers that finished while advancing to ``now``."""
@@ -75,6 +78,7 @@ class TransferCoordinator:
             raise ValueError(f"request {req_id}: negative transfer bytes ({dram_bytes}, {ssd_bytes})")
         finished = self.advance(now)
         self.active.append(Transfer(req_id, float(dram_bytes), float(ssd_bytes), now))
+        self._decided = None
         return finished
 
     def allocate(self) -> list[tuple[float, float]]:
@@ -120,7 +124,14 @@ class TransferCoordinator:
         """When the next part (DRAM or SSD) of some transfer finishes at current rates."""
         if not self.active:
             return None
-        return self._next_finish(self.allocate())
+        return self._decide()[1]
+
+    def _decide(self) -> tuple[list[tuple[float, float]], float]:
+        """The rates of the current state and when the next part finishes at them (kept until the state changes)."""
+        if self._decided is None:
+            rates = self.allocate()
+            self._decided = (rates, self._next_finish(rates))
+        return self._decided
 
     def _next_finish(self, rates: list[tuple[float, float]]) -> float:
         best = math.inf
@@ -146,12 +157,15 @@ class TransferCoordinator:
             if any(tr.done for tr in self.active):  # zero-byte parts finish on submission
                 finished.extend((tr.req_id, self.now) for tr in self.active if tr.done)
                 self.active = [tr for tr in self.active if not tr.done]
+                self._decided = None
                 continue
-            rates = self.allocate()
-            t_next = self._next_finish(rates)
+            rates, t_next = self._decide()
             now = self.now
             if t_next > until:
                 dt = until - now
+                if dt == 0.0:  # nothing moves: the decision stands
+                    break
+                self._decided = None
                 for tr, (d, g) in zip(self.active, rates):
                     tr.dram_left = max(tr.dram_left - d * dt, 0.0) if d else tr.dram_left
                     tr.ssd_left = max(tr.ssd_left - g * dt, 0.0) if g else tr.ssd_left
@@ -160,6 +174,7 @@ class TransferCoordinator:
                     break
                 continue
             dt = t_next - now
+            self._decided = None
             for tr, (d, g) in zip(self.active, rates):
                 if d and tr.dram_left > 0:
                     tr.dram_left = 0.0 if now + tr.dram_left / d <= t_next else tr.dram_left - d * dt
@@ -169,6 +184,13 @@ class TransferCoordinator:
         if until != math.inf:
             self.now = max(self.now, until)
         return finished
+
+    def drop(self, req_id: int) -> None:
+        """Abandon a transfer: it finishes at the next ``advance`` with what it has moved."""
+        for tr in self.active:
+            if tr.req_id == req_id:
+                tr.ssd_left = tr.dram_left = 0.0
+                self._decided = None
 
     @staticmethod
     def single_request_time(bw: BandwidthConfig, mode: str, dram_bytes: float, ssd_bytes: float) -> float:
@@ -266,6 +288,4 @@ class RealTimePacer:
         """The reload is over (done or abandoned): drop what the model has left of it."""
         with self._lock:
             self._totals.pop(rid, None)
-            for tr in self.coordinator.active:
-                if tr.req_id == rid:
-                    tr.ssd_left = tr.dram_left = 0.0
+            self.coordinator.drop(rid)

@@ -17,7 +17,7 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
 from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
-from sglang_saria.mem_cache.planner import ReloadPlan, plan_reload
+from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
@@ -28,6 +28,10 @@ from sglang_saria.model_specs import ModelSpec
 # module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
 _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
                                                 AdmissionEvent.PREWRITE, AdmissionEvent.CLOSURE)
+# plan sources (bytes) -> 1 where a block loads from DRAM (from SSD): selectors for itertools.compress
+_FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
+_FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
+_SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
 
@@ -132,11 +136,12 @@ class SariaCore:
         as asynchronous SSD writes. O(len(keys)).
         """
         self.admission.on_clock(now)
-        plan = self.lookup(keys)
-        acts = Actions()
         md = self.metadata
-        reached = md.record_use(keys, now, self.admission.reuse_threshold)
         nodes = md.nodes
+        found = list(map(nodes.get, keys))  # one lookup per key for the plan (``lookup``) and the reuse count
+        plan = plan_nodes(found, self.planner, self.hybrid)
+        acts = Actions()
+        reached = md.record_use(keys, now, self.admission.reuse_threshold, found)
         dram, ssd = self.dram, self.ssd
         # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
         hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
@@ -144,9 +149,9 @@ class SariaCore:
         if plan.ssd_blocks == 0:
             dram.access_many(hit)
         else:
-            src_rev = plan.sources[::-1]  # DRAM or SSD per block: C loops select each source's blocks
-            dram.access_many(compress(hit, map(DRAM.__and__, src_rev)))
-            ssd_hits = list(compress(keys, map(SSD.__and__, plan.sources)))  # head first
+            src = bytes(plan.sources)  # DRAM or SSD per block: C loops select each source's blocks
+            dram.access_many(compress(hit, src[::-1].translate(_FROM_DRAM)))
+            ssd_hits = list(compress(keys, src.translate(_FROM_SSD)))  # head first
             ssd.count_reads(ssd_hits, self.block_bytes)
             self.ssd_order.touch_prefix(ssd_hits)  # the SSD order's read rule: deepest first
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
@@ -171,8 +176,10 @@ class SariaCore:
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
-        writes_ssd = self.admission.writes_ssd
-        self._hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        sizes = self._sizes
+        decide = self.sequencer.insert if self.admission.writes_ssd else None
+        view = self.view
+        self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
             node = nodes.get(k)
@@ -181,7 +188,7 @@ class SariaCore:
             if node.fa_loc & DRAM:
                 dram.access(k)
                 continue
-            tokens, nbytes = self._size(node)
+            tokens, nbytes = sizes[node.ck_loc >= 0]  # _size, inline: once per computed block
             if tokens <= dram.capacity_tokens:  # else (e.g. GDS-only) it passes from HBM straight to admission
                 if dram.free_tokens < tokens:
                     self._evict_dram(tokens, acts)
@@ -189,8 +196,10 @@ class SariaCore:
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
-            if writes_ssd and not node.fa_loc & SSD:
-                self._execute(self.sequencer.insert(self.view, k, node, self._hbm), _INSERT, acts)
+            if decide is not None and not node.fa_loc & SSD:
+                chain = decide(view, k, node, hbm)
+                if chain:
+                    self._execute(chain, _INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
@@ -279,39 +288,37 @@ class SariaCore:
         the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim)."""
         dram = self.dram
         nodes = self.metadata.nodes
-        writes_ssd = self.admission.writes_ssd
-        seq, view = self.sequencer, self.view
+        decide = self.sequencer.evict if self.admission.writes_ssd else None
+        view, hbm, stats = self.view, self._hbm, self.stats
         while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
-            chain = seq.evict(view, k, node, self._hbm) if writes_ssd and not node.fa_loc & SSD else None
+            chain = decide(view, k, node, hbm) if decide is not None and not node.fa_loc & SSD else None
             node.E += 1
-            self._execute(chain, _EVICT, acts)
+            if chain:
+                self._execute(chain, _EVICT, acts)
             dram.remove(k)
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
                 node.ck_loc &= ~DRAM
             acts.dram_evictions.append(k)
-            self.stats.dram_evictions += 1
+            stats.dram_evictions += 1
 
     def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
         """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
         nodes = self.metadata.nodes
         prefix = keys[: plan.n_blocks]
-        in_dram = 0
-        candidates: list[int] = []
-        for k, node in zip(prefix, map(nodes.get, prefix)):
-            if node is None:
-                continue
-            loc = node.fa_loc
-            if loc & DRAM:
-                in_dram += 1
-            elif loc & SSD:
-                candidates.append(k)
+        # FA locations now (0: reclaimed while the request ran); C calls count and select them
+        locs = bytes([node.fa_loc if node is not None else 0 for node in map(nodes.get, prefix)])
+        in_dram = locs.count(DRAM) + locs.count(DRAM | SSD)
+        candidates = list(compress(prefix, locs.translate(_SSD_ONLY)))  # SSD hits not in DRAM, head first
         if not candidates:
             return
         dram = self.dram
-        sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        if self.hybrid:
+            sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        else:  # no node carries a checkpoint
+            sizes = [self.block_tokens] * len(candidates)
         # DRAM's eviction end, read lazily (the sequencer's rule decides, as for SGLang's host leaves)
         head = ((nodes[k], bool(nodes[k].fa_loc & SSD), dram.size_of(k)[0]) for k in dram.victims())
         n = self.sequencer.promotion_set(self.promotion, now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head)
@@ -330,7 +337,7 @@ class SariaCore:
     def _prewrite_scan(self, acts: Actions) -> None:
         """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
         written before the next is decided)."""
-        nodes = self.metadata.nodes
-        head = ((k, nodes[k]) for k in islice(self.dram.victims(), self._prewrite_depth))
+        keys = list(islice(self.dram.victims(), self._prewrite_depth))
+        head = zip(keys, map(self.metadata.nodes.__getitem__, keys))
         for chain in self.sequencer.prewrite(self.view, head, self._hbm):
             self._execute(chain, _PREWRITE, acts)

@@ -61,32 +61,43 @@ class ContextMetadata:
     def get(self, key: int) -> ContextNode | None:
         return self.nodes.get(key)
 
-    def record_use(self, keys: list[int], now: float, r_watch: int = 0) -> list[int]:
+    def record_use(self, keys: list[int], now: float, r_watch: int = 0,
+                   found: list[ContextNode | None] | None = None) -> list[int]:
         """A request's input contains ``keys``: count reuse, create first-time nodes.
 
         Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
-        reuse-triggered admission path turns into asynchronous writes. O(len(keys)).
+        reuse-triggered admission path turns into asynchronous writes. ``found``: the keys'
+        nodes (None: unknown) if the caller looked them up already. O(len(keys)), with
+        Python code per block only for the counters. The keys of one request are distinct
+        (chained: each names a prefix of its own length).
         """
-        reached: list[int] = []
-        for i, node in enumerate(map(self.nodes.get, keys)):  # lazy: a node created at i is seen at i + 1
-            if node is None:
-                self._create(keys[i], i, keys[i - 1] if i else ROOT, now)
-                continue
+        if found is None:
+            found = list(map(self.nodes.get, keys))
+        for node in filter(None, found):  # the known blocks (a node is always true)
             node.R += 1
             node.t_reuse = now
-            if node.R == r_watch:
-                reached.append(keys[i])
+        reached = [k for k, node in zip(keys, found) if node is not None and node.R == r_watch] if r_watch else []
+        if None in found:  # C scans; the unknown blocks are mostly the request's new tail
+            self._create(keys, found, found.index(None), now)
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         return reached
 
-    def _create(self, key: int, index: int, parent: int, now: float) -> None:
-        """First computation (or recomputation after reclamation) of the ``index``-th block of a request."""
+    def _create(self, keys: list[int], found: list[ContextNode | None], start: int, now: float) -> None:
+        """First computations (or recomputations after reclamation): a node for each key from ``start``
+        on that ``found`` has none for, its parent the key before."""
         stride = self.checkpoint_stride
-        ck = stride > 0 and (index + 1) % stride == 0
-        self.nodes[key] = ContextNode(now, ck, parent)
-        self._recency[key] = None
-        self.created += 1
-        self.created_checkpoints += ck
+        nodes, recency = self.nodes, self._recency
+        created = checkpoints = 0
+        for i in range(start, len(keys)):
+            if found[i] is None:
+                key = keys[i]
+                ck = stride > 0 and (i + 1) % stride == 0
+                nodes[key] = ContextNode(now, ck, keys[i - 1] if i else ROOT)
+                recency[key] = None
+                created += 1
+                checkpoints += ck
+        self.created += created
+        self.created_checkpoints += checkpoints
 
     def set_location(self, key: int, obj: str, tier: int, present: bool) -> None:
         """Adapter hook: one object of a node gained/lost a copy in ``tier`` outside the core.

@@ -10,7 +10,11 @@ longest SSD continuation; it never switches back to DRAM (the "LMCache+" baselin
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import takewhile
+from operator import is_not
 
 from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.tiers import DRAM, SSD
@@ -35,6 +39,11 @@ def _pick(loc: int) -> int:
     return DRAM if loc & DRAM else SSD
 
 
+_HELD = DRAM | SSD
+_SOURCE = bytes.maketrans(bytes(range(1, _HELD + 1)), bytes(map(_pick, range(1, _HELD + 1))))  # location -> source
+_known = partial(is_not, None)
+
+
 def plan_reload(
     keys: list[int], nodes: dict[int, ContextNode], planner: str = "saria", hybrid: bool = False
 ) -> ReloadPlan:
@@ -43,17 +52,21 @@ def plan_reload(
     ``hybrid``: the model has GDN layers, so only prefixes ending on an available
     checkpoint are reusable (FA KV alone cannot resume the recurrent state).
     """
+    return plan_nodes(map(nodes.get, keys), planner, hybrid)
+
+
+def plan_nodes(found: Iterable[ContextNode | None], planner: str = "saria", hybrid: bool = False) -> ReloadPlan:
+    """``plan_reload`` of a request's nodes, looked up already (None: unknown key); the core
+    looks them up once for the plan and the reuse count."""
     if planner == "saria":
-        return _plan_saria(keys, nodes, hybrid)
+        return _plan_saria(found, hybrid)
     # the baselines: lmcache, gds-only
     sources: list[int] = []
     append = sources.append
-    get = nodes.get
     best = 0  # length of the longest valid prefix so far
     best_ck = 0
     phase = DRAM  # lmcache: current tier of the tier-prefix lookup
-    for k in keys:
-        node = get(k)
+    for node in found:
         if node is None:
             break
         loc = node.fa_loc
@@ -83,28 +96,25 @@ def plan_reload(
     return ReloadPlan(best, sources, best_ck, dram, best - dram)
 
 
-def _plan_saria(keys: list[int], nodes: dict[int, ContextNode], hybrid: bool) -> ReloadPlan:
+def _plan_saria(found: Iterable[ContextNode | None], hybrid: bool) -> ReloadPlan:
     """``saria``, the replay's most frequent call: every FA block from DRAM, else SSD; on a hybrid
-    model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred)."""
-    sources: list[int] = []
-    append = sources.append
-    d, s, both = DRAM, SSD, DRAM | SSD
-    best = best_ck = 0
-    for node in map(nodes.get, keys):
-        if node is None:
-            break
-        loc = node.fa_loc
-        if not loc:
-            break
-        append(d if loc & d else s)
-        if hybrid and node.ck_loc > 0:
-            ck_ok = node.ck_loc & both
-            if ck_ok:
-                best = len(sources)
-                best_ck = _pick(ck_ok)
-    if hybrid:
-        del sources[best:]
-    else:
-        best = len(sources)
+    model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred).
+
+    Per block only a list comprehension runs in Python (the FA locations of the known nodes);
+    C calls find the first block held nowhere and map locations to sources.
+    """
+    run = list(takewhile(_known, found))
+    locs = bytes([node.fa_loc for node in run])
+    best = locs.find(0)
+    if best < 0:
+        best = len(locs)
+    best_ck = 0
+    if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1)
+        cks = [node.ck_loc for node in run[:best]]
+        while best and not (cks[best - 1] > 0 and cks[best - 1] & _HELD):
+            best -= 1
+        if best:
+            best_ck = _pick(cks[best - 1] & _HELD)
+    sources = list(locs[:best].translate(_SOURCE))
     dram = sources.count(DRAM)
     return ReloadPlan(best, sources, best_ck, dram, best - dram)

@@ -71,10 +71,11 @@ class WriteSequencer:
         may cover a later candidate, a budget may run out).
 
         Most candidates are below the thresholds at every scan; those are left out first (their
-        ``E`` and ``R`` do not change during the scan).
+        ``E`` and ``R`` do not change during the scan), by their counters before their location
+        (an attribute read, not a view call).
         """
         r_min, e_min = self.admission.thresholds(_PREWRITE)  # E bounds the robust rule's E - e_spent too
-        due = [(k, n) for k, n in head if not view.location(k) & SSD and (n.R >= r_min or n.E >= e_min)]
+        due = [(k, n) for k, n in head if (n.R >= r_min or n.E >= e_min) and not view.location(k) & SSD]
         for k, n in due:
             if not view.location(k) & SSD:
                 chain = self.admit(view, k, n, _PREWRITE, hbm=hbm)

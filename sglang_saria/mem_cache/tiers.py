@@ -49,19 +49,20 @@ class Tier:
 
     def insert(self, key: int, tokens: int, nbytes: int) -> None:
         """Make ``key`` resident (caller has made room); counts ``nbytes`` as written."""
-        if key in self._entries:
+        entries = self._entries
+        if key in entries:
             raise KeyError(f"{self.name}: key {key} already resident")
-        if self.used_tokens + tokens > self.capacity_tokens:
+        used = self.used_tokens + tokens
+        if used > self.capacity_tokens:
             raise ValueError(f"{self.name}: inserting {tokens} tokens exceeds free {self.free_tokens}")
-        self._entries[key] = (tokens, nbytes)
-        self.used_tokens += tokens
+        entries[key] = (tokens, nbytes)
+        self.used_tokens = used
         self.eviction.insert(key)
         self.bytes_written += nbytes
         self._unread[key] = nbytes
 
     def remove(self, key: int, evicted: bool = True) -> None:
-        tokens, _ = self._entries.pop(key)
-        self.used_tokens -= tokens
+        self.used_tokens -= self._entries.pop(key)[0]
         self.eviction.remove(key)
         self._unread.pop(key, None)
         if evicted:

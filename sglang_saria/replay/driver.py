@@ -128,6 +128,9 @@ def replay(
     seen = np.zeros(n_distinct, dtype=bool)  # by dense key: in an earlier request's input
     # one int object per key: the core's dicts find a key by identity before comparing values
     key_objs = list(range(n_distinct))
+    # per session, its last request's (dense keys, key objects): the next one mostly repeats them
+    last: dict[int, tuple[np.ndarray, list[int]]] = {}
+    no_ids = np.zeros(0, dtype=np.int64)
     in_flight = 0
     gpu_free = 0.0
     gpu_busy = 0.0
@@ -148,12 +151,18 @@ def replay(
         nonlocal in_flight, next_rid, block_events
         req = sessions[sid].requests[ridx]
         ids = block_keys[sid][ridx]
-        keys = list(map(key_objs.__getitem__, ids.tolist()))
-        first_new = seen[ids].tobytes().find(0)  # the first block no earlier request contained
-        n_ach = len(keys) if first_new < 0 else first_new
+        prev_ids, prev_keys = last.get(sid, (no_ids, []))
+        m = min(len(ids), len(prev_ids))
+        differ = np.flatnonzero(ids[:m] != prev_ids[:m])
+        shared = int(differ[0]) if len(differ) else m  # the previous request's prefix: keys built, all seen
+        rest = ids[shared:]
+        keys = prev_keys[:shared] + list(map(key_objs.__getitem__, rest.tolist()))
+        last[sid] = (ids, keys)
+        first_new = seen[rest].tobytes().find(0)  # the first block no earlier request contained
+        n_ach = len(keys) if first_new < 0 else shared + first_new
         if stride:
             n_ach -= n_ach % stride
-        seen[ids] = True
+        seen[rest] = True
         block_events += len(keys)
         plan, _ = core.begin_request(keys, t)
         d, s = core.plan_bytes(plan)
