@@ -16,7 +16,7 @@ from functools import partial
 from itertools import takewhile
 from operator import is_not
 
-from sglang_saria.mem_cache.metadata import ContextNode
+from sglang_saria.mem_cache.metadata import ContextNode, fa_loc_of
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
 
@@ -100,21 +100,22 @@ def _plan_saria(found: Iterable[ContextNode | None], hybrid: bool) -> ReloadPlan
     """``saria``, the replay's most frequent call: every FA block from DRAM, else SSD; on a hybrid
     model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred).
 
-    Per block only a list comprehension runs in Python (the FA locations of the known nodes);
-    C calls find the first block held nowhere and map locations to sources.
+    C calls read the known nodes' FA locations, find the first block held nowhere and map
+    locations to sources; Python code runs per block only for a hybrid model's checkpoints.
     """
     run = list(takewhile(_known, found))
-    locs = bytes([node.fa_loc for node in run])
+    locs = bytes(map(fa_loc_of, run))
     best = locs.find(0)
     if best < 0:
         best = len(locs)
     best_ck = 0
-    if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1)
-        cks = [node.ck_loc for node in run[:best]]
-        while best and not (cks[best - 1] > 0 and cks[best - 1] & _HELD):
+    if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1), read from the end
+        while best:
+            ck = run[best - 1].ck_loc
+            if ck > 0 and ck & _HELD:
+                best_ck = _pick(ck & _HELD)
+                break
             best -= 1
-        if best:
-            best_ck = _pick(cks[best - 1] & _HELD)
     sources = list(locs[:best].translate(_SOURCE))
     dram = sources.count(DRAM)
     return ReloadPlan(best, sources, best_ck, dram, best - dram)
