@@ -111,7 +111,8 @@ class SariaCore:
         self.sequencer = WriteSequencer(self.admission, cfg.admission.rule, self.stats)
         self.view = ReplayTierView(self.metadata, self._sizes, self.ssd, self.block_bytes, self.ckpt_bytes, self.hybrid)
         self._hbm: Container[int] = ()
-        # the sequencer's write floors by event as (R, E, least ck_loc), kept until a write or a clock tick
+        # the sequencer's write floors by event as (R, E, least ck_loc), kept until a clock tick or a write
+        # that retunes the admission (budget)
         self._floors: dict[AdmissionEvent, tuple[float, float, int]] = {}
         self.robust = self.sequencer.robust
         self.on_write: WriteHook | None = None
@@ -296,7 +297,8 @@ class SariaCore:
             node.ck_loc |= SSD
         acts.ssd_writes.append(key)
         seq.written(event, nbytes)
-        self._floors.clear()  # the write may have retuned a budget's thresholds
+        if self.admission.retunes_on_write:
+            self._floors.clear()  # the write may have moved the thresholds
         counter = _WRITES_BY_EVENT[event]
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True

@@ -68,8 +68,8 @@ class WriteSequencer:
         """``(R, E, checkpoint_only)`` for ``insert``, ``reuse`` or ``evict``: at ``event`` a node is
         written only if its ``R >= R`` or ``E >= E`` (its counters when the driver asks, before an
         eviction is counted; inf: never) and, if ``checkpoint_only``, it has a checkpoint. A driver
-        asks only for such nodes, so most cost it no call. The floor holds until the next write
-        (``written``) or clock tick (``on_clock``), either of which may retune a budget's thresholds.
+        asks only for such nodes, so most cost it no call. The floor holds until the next clock
+        tick (``on_clock``) or, if ``admission.retunes_on_write`` (a budget), the next write (``written``).
         Under the robust rule ``E - e_spent <= E``, so the bound on ``E`` holds for both rules."""
         r_min, e_min = self.admission.thresholds(event)
         if event is _EVICT:
