@@ -16,7 +16,7 @@ from itertools import compress, islice, repeat
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import NO_CHECKPOINT, ContextMetadata, ContextNode, fa_loc_of
+from sglang_saria.mem_cache.metadata import NO_CHECKPOINT, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
@@ -32,6 +32,7 @@ _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, Admission
 _FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
 _FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
 _SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
+_NOT_ON_SSD = bytes(int(not loc & SSD) for loc in range(256))  # FA location -> 1 if SSD holds no copy
 _GONE = ContextNode(0.0, False)  # stands in for a node reclaimed while its request ran: held nowhere
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
@@ -338,8 +339,8 @@ class SariaCore:
         """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
         nodes = self.metadata.nodes
         prefix = keys[: plan.n_blocks]
-        # FA locations now (0: reclaimed while the request ran); C calls read, count and select them
-        locs = bytes(map(fa_loc_of, map(nodes.get, prefix, repeat(_GONE))))
+        # FA locations now (0: reclaimed while the request ran); C calls count and select them
+        locs = bytes([node.fa_loc for node in map(nodes.get, prefix, repeat(_GONE))])
         in_dram = locs.count(DRAM) + locs.count(DRAM | SSD)
         candidates = list(compress(prefix, locs.translate(_SSD_ONLY)))  # SSD hits not in DRAM, head first
         # the sequencer chooses among the first ``target_blocks`` only (its own cut): size just those
@@ -370,6 +371,8 @@ class SariaCore:
         """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
         written before the next is decided)."""
         keys = list(islice(self.dram.victims(), self._prewrite_depth))
-        head = zip(keys, map(self.metadata.nodes.__getitem__, keys))
+        nodes = list(map(self.metadata.nodes.__getitem__, keys))
+        # those on SSD already are never written: left out here, by C calls, before the sequencer's checks
+        head = compress(zip(keys, nodes), bytes([node.fa_loc for node in nodes]).translate(_NOT_ON_SSD))
         for chain in self.sequencer.prewrite(self.view, head, self._hbm):
             self._execute(chain, _PREWRITE, acts)

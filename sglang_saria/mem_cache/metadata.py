@@ -12,7 +12,6 @@ after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from operator import attrgetter
 
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
@@ -40,10 +39,6 @@ class ContextNode:
     def __repr__(self) -> str:
         return (f"ContextNode(R={self.R}, E={self.E}, t_reuse={self.t_reuse}, fa_loc={self.fa_loc}, "
                 f"ck_loc={self.ck_loc}, parent={self.parent}, e_spent={self.e_spent})")
-
-
-#: a node's FA location bitmask, as a C call (``map`` over many nodes without Python code per node)
-fa_loc_of = attrgetter("fa_loc")
 
 
 class ContextMetadata:
@@ -145,4 +140,4 @@ class ContextMetadata:
         return dropped
 
 
-__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "ROOT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT", "fa_loc_of"]
+__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "ROOT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]
