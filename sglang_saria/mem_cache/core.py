@@ -32,7 +32,6 @@ _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, Admission
 _FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
 _FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
 _SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
-_NOT_ON_SSD = bytes(int(not loc & SSD) for loc in range(256))  # FA location -> 1 if SSD holds no copy
 _GONE = ContextNode(0.0, False)  # stands in for a node reclaimed while its request ran: held nowhere
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
@@ -371,8 +370,6 @@ class SariaCore:
         """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
         written before the next is decided)."""
         keys = list(islice(self.dram.victims(), self._prewrite_depth))
-        nodes = list(map(self.metadata.nodes.__getitem__, keys))
-        # those on SSD already are never written: left out here, by C calls, before the sequencer's checks
-        head = compress(zip(keys, nodes), bytes([node.fa_loc for node in nodes]).translate(_NOT_ON_SSD))
+        head = zip(keys, map(self.metadata.nodes.__getitem__, keys))
         for chain in self.sequencer.prewrite(self.view, head, self._hbm):
             self._execute(chain, _PREWRITE, acts)
