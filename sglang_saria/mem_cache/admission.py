@@ -47,6 +47,8 @@ class AdmissionPolicy(ABC):
     uses_eviction_count: bool = False
     #: R value at which the reuse path fires (0 = never)
     reuse_threshold: int = 0
+    #: whether ``thresholds`` may move with writes (``on_admitted``), not only with the clock
+    retunes_on_write: bool = False
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}

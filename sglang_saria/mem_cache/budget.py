@@ -58,6 +58,8 @@ class BudgetParams:
 class WriteBudgetController(ThresholdAdmission):
     """``budget:<DWPD>``: threshold admission under a sliding-window write cap."""
 
+    retunes_on_write = True  # each write spends budget
+
     def __init__(self, params: BudgetParams) -> None:
         super().__init__(params.theta_min, None)
         self.params = params

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Container
 from dataclasses import dataclass, field
-from itertools import compress, islice
+from itertools import compress, islice, repeat
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import NO_CHECKPOINT, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
@@ -32,6 +32,7 @@ _INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, Admission
 _FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
 _FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
 _SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
+_GONE = ContextNode(0.0, False)  # stands in for a node reclaimed while its request ran: held nowhere
 _WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
                     _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
 
@@ -110,6 +111,9 @@ class SariaCore:
         self.sequencer = WriteSequencer(self.admission, cfg.admission.rule, self.stats)
         self.view = ReplayTierView(self.metadata, self._sizes, self.ssd, self.block_bytes, self.ckpt_bytes, self.hybrid)
         self._hbm: Container[int] = ()
+        # the sequencer's write floors by event as (R, E, least ck_loc), kept until a clock tick or a write
+        # that retunes the admission (budget)
+        self._floors: dict[AdmissionEvent, tuple[float, float, int]] = {}
         self.robust = self.sequencer.robust
         self.on_write: WriteHook | None = None
 
@@ -135,7 +139,7 @@ class SariaCore:
         Reuse-triggered writes (``R`` reached ``theta_R`` while in DRAM) are returned
         as asynchronous SSD writes. O(len(keys)).
         """
-        self.admission.on_clock(now)
+        self._tick(now)
         md = self.metadata
         nodes = md.nodes
         found = list(map(nodes.get, keys))  # one lookup per key for the plan (``lookup``) and the reuse count
@@ -172,13 +176,14 @@ class SariaCore:
         DRAM evictions run admission (write-before-reclaim); then prewrite examines the
         eviction end of DRAM; finally stale metadata is reclaimed.
         """
-        self.admission.on_clock(now)
+        self._tick(now)
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
         sizes = self._sizes
         decide = self.sequencer.insert if self.admission.writes_ssd else None
-        view = self.view
+        view, floors = self.view, self._floors
+        dram_cap = dram.capacity_tokens
         self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
@@ -189,17 +194,19 @@ class SariaCore:
                 dram.access(k)
                 continue
             tokens, nbytes = sizes[node.ck_loc >= 0]  # _size, inline: once per computed block
-            if tokens <= dram.capacity_tokens:  # else (e.g. GDS-only) it passes from HBM straight to admission
-                if dram.free_tokens < tokens:
+            if tokens <= dram_cap:  # else (e.g. GDS-only) it passes from HBM straight to admission
+                if dram.used_tokens + tokens > dram_cap:
                     self._evict_dram(tokens, acts)
                 dram.insert(k, tokens, nbytes)
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
             if decide is not None and not node.fa_loc & SSD:
-                chain = decide(view, k, node, hbm)
-                if chain:
-                    self._execute(chain, _INSERT, acts)
+                r_min, e_min, ck_min = floors.get(_INSERT) or self._write_floor(_INSERT)
+                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+                    chain = decide(view, k, node, hbm)
+                    if chain:
+                        self._execute(chain, _INSERT, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
@@ -211,6 +218,19 @@ class SariaCore:
         return acts
 
     # ------------------------------------------------------------- internals
+    def _tick(self, now: float) -> None:
+        """The clock moved: time-driven admission (budget) may retune, so the write floors go."""
+        self.admission.on_clock(now)
+        self._floors.clear()
+
+    def _write_floor(self, event: AdmissionEvent) -> tuple[float, float, int]:
+        """The sequencer's ``write_floor`` for ``event`` as ``(R, E, ck)``: it may write a node only
+        if ``(node.R >= R or node.E >= E) and node.ck_loc >= ck``. Read ``self._floors`` first:
+        this refills it after a write or a clock tick cleared it."""
+        r_min, e_min, ckpt_only = self.sequencer.write_floor(self.view, event)
+        floor = self._floors[event] = (r_min, e_min, 0 if ckpt_only else NO_CHECKPOINT)
+        return floor
+
     def _size(self, node: ContextNode) -> tuple[int, int]:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
         return self._sizes[node.ck_loc >= 0]
@@ -277,6 +297,8 @@ class SariaCore:
             node.ck_loc |= SSD
         acts.ssd_writes.append(key)
         seq.written(event, nbytes)
+        if self.admission.retunes_on_write:
+            self._floors.clear()  # the write may have moved the thresholds
         counter = _WRITES_BY_EVENT[event]
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True
@@ -285,15 +307,23 @@ class SariaCore:
         """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim.
 
         The sequencer decides with this eviction counted; the eviction is counted (``E += 1``) before
-        the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim)."""
+        the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim).
+        Most victims are on SSD already or below the sequencer's floor (``_write_floor``): they are
+        reclaimed without asking it, so an eviction costs few Python calls."""
         dram = self.dram
         nodes = self.metadata.nodes
-        decide = self.sequencer.evict if self.admission.writes_ssd else None
-        view, hbm, stats = self.view, self._hbm, self.stats
-        while dram.used_tokens and dram.free_tokens < need_tokens:  # entries are never 0 tokens
+        seq, view, hbm, floors = self.sequencer, self.view, self._hbm, self._floors
+        max_used = dram.capacity_tokens - need_tokens  # at most this many used tokens leave room
+        evicted = acts.dram_evictions
+        n_before = len(evicted)
+        while dram.used_tokens > max_used and dram.used_tokens:  # entries are never 0 tokens
             k = dram.victim()
             node = nodes[k]
-            chain = decide(view, k, node, hbm) if decide is not None and not node.fa_loc & SSD else None
+            chain = None
+            if not node.fa_loc & SSD:
+                r_min, e_min, ck_min = floors.get(_EVICT) or self._write_floor(_EVICT)
+                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+                    chain = seq.evict(view, k, node, hbm)
             node.E += 1
             if chain:
                 self._execute(chain, _EVICT, acts)
@@ -301,17 +331,19 @@ class SariaCore:
             node.fa_loc &= ~DRAM
             if node.ck_loc >= 0:
                 node.ck_loc &= ~DRAM
-            acts.dram_evictions.append(k)
-            stats.dram_evictions += 1
+            evicted.append(k)
+        self.stats.dram_evictions += len(evicted) - n_before
 
     def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
         """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
         nodes = self.metadata.nodes
         prefix = keys[: plan.n_blocks]
         # FA locations now (0: reclaimed while the request ran); C calls count and select them
-        locs = bytes([node.fa_loc if node is not None else 0 for node in map(nodes.get, prefix)])
+        locs = bytes([node.fa_loc for node in map(nodes.get, prefix, repeat(_GONE))])
         in_dram = locs.count(DRAM) + locs.count(DRAM | SSD)
         candidates = list(compress(prefix, locs.translate(_SSD_ONLY)))  # SSD hits not in DRAM, head first
+        # the sequencer chooses among the first ``target_blocks`` only (its own cut): size just those
+        candidates = candidates[: self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))]
         if not candidates:
             return
         dram = self.dram

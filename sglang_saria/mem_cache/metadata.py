@@ -73,11 +73,12 @@ class ContextMetadata:
         """
         if found is None:
             found = list(map(self.nodes.get, keys))
-        for node in filter(None, found):  # the known blocks (a node is always true)
+        known = list(filter(None, found))  # a node is always true: a C scan, no comparisons
+        for node in known:
             node.R += 1
             node.t_reuse = now
         reached = [k for k, node in zip(keys, found) if node is not None and node.R == r_watch] if r_watch else []
-        if None in found:  # C scans; the unknown blocks are mostly the request's new tail
+        if len(known) < len(found):  # the unknown blocks are mostly the request's new tail
             self._create(keys, found, found.index(None), now)
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         return reached

@@ -10,11 +10,7 @@ longest SSD continuation; it never switches back to DRAM (the "LMCache+" baselin
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
-from itertools import takewhile
-from operator import is_not
 
 from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.tiers import DRAM, SSD
@@ -41,7 +37,6 @@ def _pick(loc: int) -> int:
 
 _HELD = DRAM | SSD
 _SOURCE = bytes.maketrans(bytes(range(1, _HELD + 1)), bytes(map(_pick, range(1, _HELD + 1))))  # location -> source
-_known = partial(is_not, None)
 
 
 def plan_reload(
@@ -52,10 +47,10 @@ def plan_reload(
     ``hybrid``: the model has GDN layers, so only prefixes ending on an available
     checkpoint are reusable (FA KV alone cannot resume the recurrent state).
     """
-    return plan_nodes(map(nodes.get, keys), planner, hybrid)
+    return plan_nodes(list(map(nodes.get, keys)), planner, hybrid)
 
 
-def plan_nodes(found: Iterable[ContextNode | None], planner: str = "saria", hybrid: bool = False) -> ReloadPlan:
+def plan_nodes(found: list[ContextNode | None], planner: str = "saria", hybrid: bool = False) -> ReloadPlan:
     """``plan_reload`` of a request's nodes, looked up already (None: unknown key); the core
     looks them up once for the plan and the reuse count."""
     if planner == "saria":
@@ -96,25 +91,29 @@ def plan_nodes(found: Iterable[ContextNode | None], planner: str = "saria", hybr
     return ReloadPlan(best, sources, best_ck, dram, best - dram)
 
 
-def _plan_saria(found: Iterable[ContextNode | None], hybrid: bool) -> ReloadPlan:
+def _plan_saria(found: list[ContextNode | None], hybrid: bool) -> ReloadPlan:
     """``saria``, the replay's most frequent call: every FA block from DRAM, else SSD; on a hybrid
     model the prefix ends on the last node whose checkpoint has a copy (DRAM preferred).
 
     Per block only a list comprehension runs in Python (the FA locations of the known nodes);
-    C calls find the first block held nowhere and map locations to sources.
+    C calls find the first unknown block and the first held nowhere, and map locations to sources.
     """
-    run = list(takewhile(_known, found))
+    try:
+        run = found[: found.index(None)]
+    except ValueError:  # every block known
+        run = found
     locs = bytes([node.fa_loc for node in run])
     best = locs.find(0)
     if best < 0:
         best = len(locs)
     best_ck = 0
-    if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1)
-        cks = [node.ck_loc for node in run[:best]]
-        while best and not (cks[best - 1] > 0 and cks[best - 1] & _HELD):
+    if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1), read from the end
+        while best:
+            ck = run[best - 1].ck_loc
+            if ck > 0 and ck & _HELD:
+                best_ck = _pick(ck & _HELD)
+                break
             best -= 1
-        if best:
-            best_ck = _pick(cks[best - 1] & _HELD)
     sources = list(locs[:best].translate(_SOURCE))
     dram = sources.count(DRAM)
     return ReloadPlan(best, sources, best_ck, dram, best - dram)

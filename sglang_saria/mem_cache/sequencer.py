@@ -64,18 +64,36 @@ class WriteSequencer:
         """Write-before-reclaim: asked as if this eviction were counted already."""
         return self.admit(view, key, node, _EVICT, evictions=1, hbm=hbm)
 
+    def write_floor(self, view: TierView, event: AdmissionEvent) -> tuple[float, float, bool]:
+        """``(R, E, checkpoint_only)`` for ``insert``, ``reuse`` or ``evict``: at ``event`` a node is
+        written only if its ``R >= R`` or ``E >= E`` (its counters when the driver asks, before an
+        eviction is counted; inf: never) and, if ``checkpoint_only``, it has a checkpoint. A driver
+        asks only for such nodes, so most cost it no call. The floor holds until the next clock
+        tick (``on_clock``) or, if ``admission.retunes_on_write`` (a budget), the next write (``written``).
+        Under the robust rule ``E - e_spent <= E``, so the bound on ``E`` holds for both rules."""
+        r_min, e_min = self.admission.thresholds(event)
+        if event is _EVICT:
+            e_min -= 1  # asked with this eviction counted (``E + 1``)
+        return r_min, e_min, self._checkpoint_only(view)
+
+    def _checkpoint_only(self, view: TierView) -> bool:
+        """Whether only checkpoint nodes start a write: the robust rule on a hybrid model (``admit``)."""
+        return self.robust and view.hybrid
+
     def prewrite(self, view: TierView, head: Iterable[tuple[Hashable, ContextNode]],
                  hbm: Container = ()) -> Iterator[list]:
         """Writes for the nodes next to be reclaimed (``head``, in eviction order) that would qualify at
         their next eviction. Lazy: a driver executes each write before the next is decided (a closure
         may cover a later candidate, a budget may run out).
 
-        Most candidates are below the thresholds at every scan; those are left out first (their
-        ``E`` and ``R`` do not change during the scan), by their counters before their location
-        (an attribute read, not a view call).
+        Most candidates are below the thresholds at every scan, or cannot start a write (no
+        checkpoint, robust rule on a hybrid model); those are left out first (their ``E``, ``R``
+        and checkpoint do not change during the scan), by their counters before the view calls.
         """
         r_min, e_min = self.admission.thresholds(_PREWRITE)  # E bounds the robust rule's E - e_spent too
-        due = [(k, n) for k, n in head if (n.R >= r_min or n.E >= e_min) and not view.location(k) & SSD]
+        ckpt_only = self._checkpoint_only(view)
+        due = [(k, n) for k, n in head if (n.R >= r_min or n.E >= e_min)
+               and (not ckpt_only or view.has_checkpoint(k)) and not view.location(k) & SSD]
         for k, n in due:
             if not view.location(k) & SSD:
                 chain = self.admit(view, k, n, _PREWRITE, hbm=hbm)
@@ -145,7 +163,7 @@ class WriteSequencer:
         """
         if not self.robust:
             return [key] if self.admission.should_admit(node.E + evictions, node.R, event) else None
-        if view.hybrid and not view.has_checkpoint(key):
+        if self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
         if not self.admission.should_admit(node.E + evictions - node.e_spent, node.R, event):
             return None

@@ -7,7 +7,7 @@ driver and the SGLang adapter's bookkeeping of its real pools.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from sglang_saria.mem_cache.eviction import EvictionPolicy, LRUEviction
 
@@ -27,6 +27,8 @@ class Tier:
         self.capacity_tokens = capacity_tokens
         self.used_tokens = 0
         self.eviction = eviction if eviction is not None else LRUEviction()
+        # the plug-in's own method, without a layer: the core asks it once per DRAM eviction
+        self.victim: Callable[[], int] = self.eviction.victim  # the next key to evict (the tier must be non-empty)
         self._entries: dict[int, tuple[int, int]] = {}  # key -> (tokens, bytes)
         self._unread: dict[int, int] = {}  # written and not read since (bytes), for writes-never-read
         self.bytes_written = 0
@@ -104,9 +106,6 @@ class Tier:
     def access_resident(self, keys: list[int]) -> None:
         """``access_many`` for those of ``keys`` resident here, in order."""
         self.eviction.access_many(filter(self._entries.__contains__, keys))  # a C loop: per reused block
-
-    def victim(self) -> int:
-        return self.eviction.victim()
 
     def victims(self) -> Iterator[int]:
         return self.eviction.victims()

@@ -114,7 +114,7 @@ def replay(
     settings = (settings or ReplaySettings()).validate()
     if len(start_times) != len(sessions):
         raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
-    block_keys, n_distinct = dense_keys(list(sessions))
+    block_keys, shared_keys, n_distinct = dense_keys(list(sessions))
     core = SariaCore(cfg, spec)
     core.on_write = on_write
     coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
@@ -128,9 +128,8 @@ def replay(
     seen = np.zeros(n_distinct, dtype=bool)  # by dense key: in an earlier request's input
     # one int object per key: the core's dicts find a key by identity before comparing values
     key_objs = list(range(n_distinct))
-    # per session, its last request's (dense keys, key objects): the next one mostly repeats them
-    last: dict[int, tuple[np.ndarray, list[int]]] = {}
-    no_ids = np.zeros(0, dtype=np.int64)
+    # per session, its last request's key objects: the next one mostly repeats them
+    last: dict[int, list[int]] = {}
     in_flight = 0
     gpu_free = 0.0
     gpu_busy = 0.0
@@ -150,14 +149,11 @@ def replay(
     def admit(sid: int, ridx: int, t: float) -> None:
         nonlocal in_flight, next_rid, block_events
         req = sessions[sid].requests[ridx]
-        ids = block_keys[sid][ridx]
-        prev_ids, prev_keys = last.get(sid, (no_ids, []))
-        m = min(len(ids), len(prev_ids))
-        differ = np.flatnonzero(ids[:m] != prev_ids[:m])
-        shared = int(differ[0]) if len(differ) else m  # the previous request's prefix: keys built, all seen
-        rest = ids[shared:]
-        keys = prev_keys[:shared] + list(map(key_objs.__getitem__, rest.tolist()))
-        last[sid] = (ids, keys)
+        # a session's requests are admitted in order: its previous one's prefix has keys built, all seen
+        shared = shared_keys[sid][ridx]
+        rest = block_keys[sid][ridx][shared:]
+        keys = last.get(sid, [])[:shared] + list(map(key_objs.__getitem__, rest.tolist()))
+        last[sid] = keys
         first_new = seen[rest].tobytes().find(0)  # the first block no earlier request contained
         n_ach = len(keys) if first_new < 0 else shared + first_new
         if stride:

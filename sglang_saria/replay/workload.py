@@ -82,15 +82,16 @@ def apply_limits(sessions: list[TraceSession],
     return kept
 
 
-def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], int]:
-    """Every request's block keys renumbered 0..n-1 (the same key, the same number), per session; and n.
+def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], list[list[int]], int]:
+    """Every request's block keys renumbered 0..n-1 (the same key, the same number), per session; per
+    request, how many leading keys equal its predecessor's in the session (0 for a first request); and n.
 
     Why: the policy core hashes each key several times per request (metadata, tiers, recency
     lists); trace keys are 64-bit values that Python holds as multi-digit ints, small dense ints
     hash and compare faster. Renumbering is injective and keys are only compared for identity,
     so every decision is unchanged (``tests/replay/test_replay_outputs_pinned.py``). A request
     mostly repeats its predecessor's prefix, so only the rest is looked up (sorting every key of
-    350 WEKA sessions would take a tenth of the replay).
+    350 WEKA sessions would take a tenth of the replay); the replay reuses that prefix's key objects.
     """
     shared: list[int] = []  # per request: leading keys equal to the previous request's of the session
     tails: list[np.ndarray] = []
@@ -107,7 +108,7 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], in
             tails.append(keys[n:])
             prev = keys
     if not tails:
-        return [[] for _ in sessions], 0
+        return [[] for _ in sessions], [[] for _ in sessions], 0
     distinct, first, sorted_ids = np.unique(np.concatenate(tails), return_index=True, return_inverse=True)
     # numbered in order of first appearance: a request's keys are then mostly consecutive numbers, so the
     # core's dict slots, key objects and nodes it touches per request lie close together in memory
@@ -115,6 +116,7 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], in
     rank[np.argsort(first, kind="stable")] = np.arange(len(distinct))
     tail_ids = rank[sorted_ids]
     out: list[list[np.ndarray]] = []
+    out_shared: list[list[int]] = []
     pos = i = 0
     for s in sessions:
         per: list[np.ndarray] = []
@@ -127,4 +129,5 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], in
             pos += n_tail
             i += 1
         out.append(per)
-    return out, len(distinct)
+        out_shared.append(shared[i - len(s.requests) : i])
+    return out, out_shared, len(distinct)

@@ -71,7 +71,8 @@ def test_apply_limits_returns_the_kept_sessions():
 def test_dense_keys_number_each_distinct_key_once_across_sessions():
     a = TraceRequest(0.0, 0.0, 3 * 512, 1, np.array([7, 2**63 + 5, 11], dtype=np.uint64))
     b = TraceRequest(0.0, 0.0, 2 * 512, 1, np.array([7, 99], dtype=np.uint64))
-    keys, n = dense_keys([TraceSession("s", [a]), TraceSession("t", [b])])
+    keys, shared, n = dense_keys([TraceSession("s", [a]), TraceSession("t", [b])])
+    assert shared == [[0], [0]]
     (ka,), (kb,) = keys
     assert n == 4 and sorted({*ka.tolist(), *kb.tolist()}) == [0, 1, 2, 3]
     assert ka[0] == kb[0] and len({ka[1], ka[2], kb[1]}) == 3
@@ -81,7 +82,8 @@ def test_dense_keys_of_requests_extending_their_predecessor_equal_a_full_renumbe
     base = np.array([5, 2**63 + 1, 9, 4], dtype=np.uint64)
     reqs = [base[:2], base[:3], np.array([5, 77, 9], dtype=np.uint64), base]  # extend, diverge, come back
     sessions = [TraceSession("s", [TraceRequest(0.0, 0.0, 512 * len(k), 1, k) for k in reqs])]
-    keys, n = dense_keys(sessions)
+    keys, shared, n = dense_keys(sessions)
+    assert shared == [[0, 2, 1, 1]]  # leading keys equal to the previous request's
     number: dict[int, int] = {}  # the full renumbering, in order of first appearance
     for k in np.concatenate(reqs).tolist():
         number.setdefault(k, len(number))
