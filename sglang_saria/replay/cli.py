@@ -69,7 +69,10 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    help="robust (prefix-closed writes; default) | paper (section 4.2 verbatim; see docs/fidelity.md)")
     p.add_argument("--metadata-window", default="2h", help="metadata reclamation window")
     p.add_argument("--in-flight", type=int, default=4)
-    p.add_argument("--prefill-tps", type=float, default=6500.0, help="computed prefill tokens per second")
+    p.add_argument("--prefill-tps", type=float, default=ReplaySettings.prefill_tokens_per_s,
+                   help="the modelled GPU's computed prefill tokens per second (default: the paper's 6,500; "
+                        "the paper's load on the 350 WEKA sessions is 15950, docs/fidelity.md section 5; "
+                        "for planning, your GPU's rate)")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
     p.add_argument("--horizon", default="24h", help="truncate the replay at this logical time")
     p.add_argument("--no-progress", action="store_true")
