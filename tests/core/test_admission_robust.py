@@ -7,9 +7,10 @@ duplicate. The robust rule (the default) writes prefix-closed chains started at 
 nodes; ``admission.rule = "paper"`` keeps the verbatim rule for the fidelity table.
 """
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.metadata import ROOT
 from sglang_saria.mem_cache.tiers import DRAM, SSD
 
@@ -119,3 +120,28 @@ def test_promotion_never_displaces_a_block_ssd_does_not_hold_under_the_robust_ru
     _, _, acts = run_request(core, [1], 200.0)  # an SSD hit that full promotion would copy to DRAM
     assert acts.promotions == [] and acts.dram_evictions == []
     assert 20 in core.dram and 21 in core.dram
+
+
+@settings(max_examples=300, deadline=None)
+@given(policy=st.sampled_from(["eviction:E1", "eviction:E2", "eviction:E3", "reuse:R2",
+                               "combined:E2R3", "budget:1"]),
+       rule=st.sampled_from(["robust", "paper"]), hybrid=st.booleans(),
+       event=st.sampled_from(["insert", "reuse", "evict"]),
+       R=st.integers(0, 6), E=st.integers(0, 6), spent=st.integers(0, 6), deep=st.booleans())
+def test_the_write_floor_the_core_tests_first_never_hides_a_write_the_sequencer_would_order(
+        policy, rule, hybrid, event, R, E, spent, deep):
+    """``SariaCore`` asks the sequencer only for nodes above ``write_floor``; every node the
+    sequencer would write at insert, reuse or eviction must be above it."""
+    core = make_core(policy, dram_blocks=8, ssd_blocks=8, hybrid=hybrid, checkpoint_blocks=2, rule=rule)
+    run_request(core, [1, 2], 0.0)  # both in DRAM; on a hybrid model only block 2 has a checkpoint
+    key = 2 if deep else 1
+    node = core.metadata.nodes[key]
+    assume(not node.fa_loc & SSD)  # the sequencer is asked about nodes not on SSD (full duplicate wrote them)
+    node.R, node.E, node.e_spent = R, E, min(spent, E)
+    seq = core.sequencer
+    ask = {"insert": seq.insert, "reuse": seq.reuse, "evict": seq.evict}[event]
+    ev = {"insert": AdmissionEvent.INSERT, "reuse": AdmissionEvent.REUSE, "evict": AdmissionEvent.EVICT}[event]
+    if ask(core.view, key, node):
+        r_min, e_min, ckpt_only = seq.write_floor(core.view, ev)
+        assert node.R >= r_min or node.E >= e_min
+        assert not ckpt_only or node.ck_loc >= 0
