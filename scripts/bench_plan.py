@@ -31,7 +31,7 @@ from sglang_saria.replay.driver import ReplaySettings, replay  # noqa: E402
 from sglang_saria.replay.metrics import peak_window_bytes  # noqa: E402
 from sglang_saria.replay.planning.sweep import load_step_starts, sweep  # noqa: E402
 from sglang_saria.replay.report import plot_ssd_writes  # noqa: E402
-from sglang_saria.replay.trace import load_trace  # noqa: E402
+from sglang_saria.replay.loaders import load_trace  # noqa: E402
 from sglang_saria.replay.workload import apply_limits  # noqa: E402
 
 FIXED = (2, 3, 4, 6, 8, 10, 12, 16)

@@ -8,7 +8,7 @@ device KV pool shaped like SGLang's MHATokenToKVPool (per-layer K/V buffers):
   the host -> device copy (the reloader's host-pool gather: pinned memory over UVA on CUDA,
   as SGLang's transfer kernels read it; row copies on CPU);
 - `direct` (Saria): store -> staging buffer on the pool's device -> one gather per chunk
-  into the pool slots (`hicache/device_reload.py`), no host pool involved;
+  into the pool slots (`reload/device.py`), no host pool involved;
 - `direct+dram`: a plan with half its pages in the host pool and half on SSD, moved in the
   same gathers (vs `staged`, which copies the host half and stages the SSD half).
 
@@ -17,7 +17,7 @@ behind the hybrid pool's layer mapping, 12 GDN layers): the FA pages plus the GD
 checkpoint at their end (one MAMBA sidecar page, fp32 recurrent + bf16 conv state):
 - `staged`: store -> host KV pool and host mamba pool, then one host -> device gather;
 - `direct`: store -> device staging -> one gather per chunk into the FA layers and a mamba
-  slot, the checkpoint in the last chunk's launch (`hicache/gdn_state.py`).
+  slot, the checkpoint in the last chunk's launch (`reload/gdn_state.py`).
 
 Medians of --repeats runs, with ratios against `staged` measured in the same run. On a CPU
 host the "device" pool is host memory too, so this measures the path's overhead; on a GPU
@@ -39,9 +39,10 @@ from tqdm import tqdm
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
 from sglang_saria.gpukit.workloads import PAGE, HybridPools, ModelShape, Pools, staged, staged_hybrid  # noqa: E402
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
+from sglang_saria.reload.device import DeviceReloader, StateLoad  # noqa: E402
+from sglang_saria.reload.gdn_state import StateRows  # noqa: E402
 from sglang_saria.storage.config import StoreConfig  # noqa: E402
-from sglang_saria.hicache.device_reload import DeviceReloader, StateLoad  # noqa: E402
-from sglang_saria.hicache.gdn_state import StateRows  # noqa: E402
 from sglang_saria.storage.store import SariaStore  # noqa: E402
 
 
@@ -74,7 +75,7 @@ def hybrid_rows(args: argparse.Namespace, d: str, cuda: bool) -> None:
         state_bytes = pools.get_size_per_token()
         capacity = 2 * (n * page_bytes + state_bytes) + (64 << 20)
         cfg = StoreConfig(data_dirs=[f"{d}/hybrid{n}"], capacity=str(capacity), slot_bytes=str(page_bytes))
-        with SariaStore(cfg) as store:
+        with SariaStore(cfg, victim_order=SSDVictimOrder()) as store:
             keys = [f"h{n}-{i}" for i in range(n)]
             for k in keys:
                 assert store.put(k, torch.randn(page_bytes // 2).to(torch.bfloat16)).ok
@@ -110,7 +111,7 @@ def fa_rows(args: argparse.Namespace, d: str, cuda: bool) -> None:
     for n in tqdm(args.pages, desc="sizes", leave=False):
         capacity = 2 * n * page_bytes + (64 << 20)
         cfg = StoreConfig(data_dirs=[f"{d}/ssd{n}"], capacity=str(capacity), slot_bytes=str(page_bytes))
-        with SariaStore(cfg) as store:
+        with SariaStore(cfg, victim_order=SSDVictimOrder()) as store:
             pools = Pools(n, args.layers, args.device)
             keys = [f"p{n}-{i}" for i in range(n)]
             for k in keys:

@@ -32,7 +32,10 @@ def time_one(trace: str, sessions: int, model: str, policy: str) -> dict:
     from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
     from sglang_saria.model_specs import get_model_spec
     from sglang_saria.replay.driver import ReplaySettings, replay
-    from sglang_saria.replay.trace import load_trace
+    try:
+        from sglang_saria.replay.loaders import load_trace
+    except ImportError:  # a --baseline tree from before the package layout of issue 24
+        from sglang_saria.replay.trace import load_trace
     from sglang_saria.replay.workload import apply_limits, session_starts
 
     spec = get_model_spec(model)

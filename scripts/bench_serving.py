@@ -24,10 +24,9 @@ server wrote). Per reload path: the decoders' inter-token gaps while the hits ar
 max) and the SSD-hit TTFT, with ratios to HiCache's staged prefetch measured in the same run.
 Paths: `direct` (the reload worker, off the scheduler thread), `staged` (HiCache's prefetch
 into host memory), `blocking` (the direct reload with the scheduler thread waiting for
-the reads, as before issue 12: `SARIA_BENCH_BLOCKING_RELOAD=1`, benchmark-only). On CPU the
-tiny model's pages read in microseconds, so `--read-delay-s` (the store's test-only
-`SARIA_TEST_READ_DELAY_S`, default 0.1 s per object read on CPU, 0 on GPU) stands for a
-slow drive.
+the reads, as before issue 12: `"transfer": {"blocking_reload": true}`, benchmark-only). On CPU the
+tiny model's pages read in microseconds, so `--read-delay-s` (the store's test-only fault
+injector `ReadDelay`, default 0.1 s per object read on CPU, 0 on GPU) stands for a slow drive.
 
     python scripts/bench_serving.py --scenario concurrent [--device cuda]
 """
@@ -60,9 +59,7 @@ from sglang_saria.launcher import (  # noqa: E402
     saria_hicache_args,
     saria_metrics,
 )
-from sglang_saria.hicache.radix_cache import BLOCKING_RELOAD_ENV  # noqa: E402
 from sglang_saria.replay.agent_prompts import agent_requests  # noqa: E402
-from sglang_saria.storage.store import TEST_READ_DELAY_ENV  # noqa: E402
 
 POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfloat16"]
 GPU_FLAGS = ["--skip-tokenizer-init", "--mem-fraction-static", "0.2"]
@@ -155,8 +152,7 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 def serve_concurrent(
-    name: str, model: Path, flags: list[str], env: dict[str, str], hits: list[list[int]], args: argparse.Namespace,
-    seed: int, log_dir: Path,
+    name: str, model: Path, flags: list[str], hits: list[list[int]], args: argparse.Namespace, seed: int, log_dir: Path,
 ) -> ConcurrentRun:
     """Decoders stream ``args.decode_tokens`` tokens each; once all decode, one SSD-hit
     request every ``args.hit_interval_s``; gaps counted from the first hit sent to the
@@ -165,7 +161,7 @@ def serve_concurrent(
     from threading import Event
 
     decoders = [[(seed * 31 + 7 * j + 101 * d) % 900 + 50 for j in range(32)] for d in range(args.decoders)]
-    config = ServerConfig(model, args=flags, cpu=args.device == "cpu", log_path=log_dir / f"{name}.log", env=env)
+    config = ServerConfig(model, args=flags, cpu=args.device == "cpu", log_path=log_dir / f"{name}.log")
     with SGLangServer(config) as server, ThreadPoolExecutor(len(decoders) + len(hits)) as pool:
         started = [Event() for _ in decoders]
         streams = [
@@ -200,9 +196,12 @@ def concurrent_scenario(model: Path, args: argparse.Namespace, log_dir: Path) ->
     """Write the hit prefixes with one server, then per reload path a restarted server on
     that store serves decoders plus the SSD-hit stream."""
     delay = args.read_delay_s if args.read_delay_s is not None else (0.1 if args.device == "cpu" else 0.0)
+    injector = {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": delay}
+    slow_reads = {"fault_injector": injector} if delay else {}
     flags = ["--page-size", "16", "--max-total-tokens", "8192", "--dtype", "bfloat16"]
     flags += (GPU_FLAGS if args.device == "cuda" else []) + ["--hicache-storage-prefetch-policy", "wait_complete"]
-    paths = {"staged": ({"direct_reload": False}, {}), "direct": ({}, {}), "blocking": ({}, {BLOCKING_RELOAD_ENV: "1"})}
+    # Each path's `transfer` section of the extra config.
+    paths = {"staged": {"direct_reload": False}, "direct": {}, "blocking": {"blocking_reload": True}}
     with tempfile.TemporaryDirectory(prefix="saria-bench-store-") as data_dir:
         extra = {"data_dirs": [data_dir], "admission": "full-duplicate", "capacity": "256MiB"}
         hits = [_prefix(seed, args.hit_pages) + [3, 4, 5] for seed in range(1, args.hits + 1)]
@@ -214,10 +213,9 @@ def concurrent_scenario(model: Path, args: argparse.Namespace, log_dir: Path) ->
                 server.generate(prompt[:-3], max_new_tokens=1)
             server.wait_storage_writes()
         runs = []
-        for i, (path, (transfer, env)) in enumerate(tqdm(paths.items(), desc="reload paths", leave=False)):
-            server_flags = flags + saria_hicache_args({**extra, "transfer": transfer})
-            server_env = {TEST_READ_DELAY_ENV: str(delay), **env}
-            runs.append(serve_concurrent(path, model, server_flags, server_env, hits, args, i, log_dir))
+        for i, (path, transfer) in enumerate(tqdm(paths.items(), desc="reload paths", leave=False)):
+            server_flags = flags + saria_hicache_args({**extra, **slow_reads, "transfer": transfer})
+            runs.append(serve_concurrent(path, model, server_flags, hits, args, i, log_dir))
     print(
         f"{args.decoders} decoders x {args.decode_tokens} tokens; {args.hits} SSD hits of {args.hit_pages} pages, "
         f"one every {args.hit_interval_s} s; store reads delayed {delay} s each"

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
 from sglang_saria.storage.buffers import aligned_empty  # noqa: E402
 from sglang_saria.storage.config import StoreConfig  # noqa: E402
 from sglang_saria.storage.store import SariaStore  # noqa: E402
@@ -147,7 +148,7 @@ def _fresh(dirs: List[str], capacity: int, obj: int, threads: int) -> SariaStore
         read_threads=threads,
         write_threads=threads,
     )
-    return SariaStore(cfg)
+    return SariaStore(cfg, victim_order=SSDVictimOrder())
 
 
 def _timed(fn: Callable[[], None], nbytes: int) -> float:

@@ -41,7 +41,7 @@ from sglang_saria.config import (
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))

@@ -8,7 +8,7 @@
 #  3. the hybrid reload on the GPU: FA pages + GDN checkpoint (fp32 recurrent + bf16 conv)
 #     from a kvikio store into a CUDA hybrid pool, direct (one compiled gather per chunk) vs
 #     host-staged (pinned host pools), timed in one run; the bit-exact checks are the
-#     `gpu`-marked tests of tests/gather/test_hybrid_gather.py in step 2;
+#     `gpu`-marked tests of tests/kernels/test_hybrid_gather.py in step 2;
 #  4. the serving benchmark on a CUDA server with the tiny model: WEKA agent sessions
 #     through full-duplicate and eviction:E2, direct and host-staged reload, printing TTFT
 #     per policy (ratios vs a cold server) and failing unless every logprob equals cold.

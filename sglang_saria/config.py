@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_saria.mem_cache import policy_names
+from sglang_saria import policy_names
 from sglang_saria.units import ConfigError, parse_count
 
 PROMOTION_MODES = ("zero", "half", "full", "saria")
@@ -121,6 +121,9 @@ class TransferConfig:
     # staging chunks from construction (double buffer: the next chunk reads while this one
     # is gathered), reserved out of SGLang's KV budget (hicache/reload_staging.py).
     reload_chunk_pages: int = 16
+    # Benchmark-only: the scheduler thread waits for each direct reload's reads, as the
+    # synchronous reload did before issue 12 (scripts/bench_serving.py --scenario concurrent).
+    blocking_reload: bool = False
 
     def validate(self, prefix: str = "transfer") -> None:
         _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")

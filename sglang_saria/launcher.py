@@ -353,7 +353,7 @@ def logprob_trace(result: dict) -> list:
 # Cached-vs-cold logprob tolerance. Stock SGLang 0.5.23 (plain radix cache, no HiCache)
 # differs from `--disable-radix-cache` by up to 3.9e-3 on some CPUs (a cached prefix runs
 # prefill attention with other shapes, and CPU kernels pick shape-dependent paths); wrong
-# KV moves the tiny models' logprobs by 3e-2 and more (tests/e2e/test_oracle_sensitivity.py).
+# KV moves the tiny models' logprobs by 3e-2 and more (tests/test_oracle_tolerance.py).
 # 1e-2 sits 2.5x above the first and 3x below the second.
 LOGPROB_TOLERANCE = 1e-2
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+SECONDS_PER_HOUR = 3600.0
 SECONDS_PER_DAY = 86400.0
 DAYS_PER_YEAR = 365.0
 

@@ -17,6 +17,8 @@ import pytest
 from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, saria_hicache_args
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Small stores in tmp dirs (storage, reload and hicache tests alike).
+pytest_plugins = ["tests.store_fixtures"]
 
 # Small pools so a few 300-token requests push a prefix out of the device (512 tokens)
 # and out of the host pool (hicache ratio 2 -> about 1K tokens). No warmup request: the

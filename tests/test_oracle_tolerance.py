@@ -122,7 +122,7 @@ def test_wrong_kv_fails_the_oracle(runs, model, how):
 def test_on_the_hybrid_some_wrong_kv_hides_inside_the_tolerance_so_the_kv_audit_is_the_oracle(runs, how):
     """Measured: the random hybrid's output barely depends on its one FA layer's pages and
     on its GDN states (shifted pages 6e-3, zeroed states 2e-4). Such KV is wrong all the
-    same, which the byte-level audit catches (tests/adapter/test_kv_audit.py)."""
+    same, which the byte-level audit catches (tests/hicache/test_kv_audit.py)."""
     model, cold = runs("hybrid_model")
     intact, d = diff(model, None, cold), diff(model, how, cold)
     assert d.max_abs > 100 * intact.max_abs, f"{how} changed nothing measurable: {d}"

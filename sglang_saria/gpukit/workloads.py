@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from sglang_saria.kernels.gather import RowMoves
-from sglang_saria.hicache.device_reload import DeviceReloader
+from sglang_saria.reload.device import DeviceReloader
 from sglang_saria.storage.store import SariaStore
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -205,7 +205,7 @@ def staged_hybrid(
 ) -> None:
     """HiCache's hybrid path: the FA pages and the checkpoint read into the host pools, then
     copied host -> device (the reloader's host gather: FA rows and the state in one launch)."""
-    from sglang_saria.hicache.device_reload import StateLoad
+    from sglang_saria.reload.device import StateLoad
 
     kv = pools.full_kv_pool.kv_buffer
     futures = [store.get_async(k, [kv[0, p].view(-1), kv[1, p].view(-1)]) for k, p in zip(keys, host_pages)]

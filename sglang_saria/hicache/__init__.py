@@ -1,1 +1,1 @@
-"""SGLang HiCache integration of Saria: storage backend, radix cache, admission hooks, reload worker, audits, metrics (README.md)."""
+"""SGLang HiCache integration of Saria: storage backend, radix cache, admission hooks, audits, metrics (README.md)."""

@@ -31,10 +31,11 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.hicache.kv_audit import KVAudit
-from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.metrics import SariaServingMetrics
+from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+from sglang_saria.reload.host_pages import HostPageView
 from sglang_saria.storage.config import StoreConfig
-from sglang_saria.hicache.host_pages import HostPageView
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 
 logger = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ class SariaStorage(HiCacheStorage):
             default_slot_bytes=page_bytes or DEFAULT_SLOT_BYTES,
             on_evict=self._on_store_evict,
             name=f"{os.path.abspath(cfg.data_dirs[0])}/{sub}",
+            victim_order=SSDVictimOrder(),  # the SSD victim order the replay uses too
         )
 
     def _ensure_store(self) -> SariaStore:
@@ -310,7 +312,7 @@ class SariaStorage(HiCacheStorage):
     def read_page_async(self, key: str, dest: Any, host_check: bool = True) -> Any:
         """Start reading KV page `key` into `dest` (any device); a Future of its GetStatus.
 
-        The direct reload path (`hicache/device_reload.py`) reads this way into a staging
+        The direct reload path (`reload/device.py`) reads this way into a staging
         buffer on the device pool's device, bypassing the host pool; on a GPU it passes
         ``host_check=False`` and verifies `page_digest` there instead.
         """
@@ -319,7 +321,7 @@ class SariaStorage(HiCacheStorage):
     def read_state_async(self, key: str, dest: Any, host_check: bool = True) -> Any:
         """Start reading the MAMBA sidecar (GDN checkpoint) of page `key` into `dest`; a
         Future of its GetStatus. The hybrid direct reload stages it on the device pool's
-        device next to the page's FA rows (`hicache/gdn_state.py`)."""
+        device next to the page's FA rows (`reload/gdn_state.py`)."""
         return self._ensure_store().get_async(self.storage_key(key, PoolName.MAMBA.value), dest, host_check)
 
     def state_exists(self, key: str) -> bool:
@@ -335,6 +337,21 @@ class SariaStorage(HiCacheStorage):
     def page_digest(self, key: str) -> Optional[int]:
         """The device digest recorded for KV page `key` (None: absent, or stored before index format 2)."""
         return self._ensure_store().digest_of(self.storage_key(key))
+
+    def drop_failed_pages(self, page_hashes: Sequence[str]) -> None:
+        """Pages whose direct reload read failed leave the store index (reload worker thread;
+        the store locks). A host checksum failure is already gone (the store drops it on
+        read); a device digest mismatch (GPU) is dropped here."""
+        keys = [self.storage_key(h) for h in page_hashes]
+        self.store.evict(keys)
+        gone = sum(not self.store.exists(k) for k in keys)
+        SariaServingMetrics.get().pages_dropped(gone)
+        logger.warning("saria: %d page(s) that failed their read left the store index", gone)
+
+    def drop_failed_state(self, page_hash: str) -> None:
+        """A checkpoint sidecar whose direct reload read failed leaves the store index (reload worker thread)."""
+        self.store.evict([self.storage_key(page_hash, PoolName.MAMBA.value)])
+        logger.warning("saria: the GDN checkpoint of page %s failed its read and left the store index", page_hash)
 
     # ---------------------------------------------------------------- existence
     def kv_page_hashes(self) -> List[str]:

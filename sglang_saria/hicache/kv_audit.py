@@ -232,6 +232,20 @@ def install_transfer_audit(controller: Any, audit: KVAudit) -> None:
     engine.submit_host_to_device = audited(submit_h2d, audit.host_to_device)
 
 
+def install_kv_audit(controller: Any, backend: Any, on_checked: Callable[..., None]) -> Optional[KVAudit]:
+    """SGLANG_SARIA_AUDIT_KV=1: check the bytes of every page moved between device, host and
+    store: HiCache's copies, the saria ``backend``'s reads and writes, and (through the radix
+    cache) the direct reload's. None, with a warning, without HiCache and the saria store."""
+    if controller is None or getattr(backend, "store", None) is None:
+        logger.warning("saria: %s=1 needs HiCache with the saria store; KV audit off", AUDIT_ENV)
+        return None
+    audit = KVAudit(pool_rows_of(controller), on_checked, log_dir=backend.store.config.data_dirs[0])
+    install_transfer_audit(controller, audit)
+    backend.kv_audit = audit
+    logger.info("saria: KV audit on for pools %s", sorted(audit.pools))
+    return audit
+
+
 def _host_entries(controller: Any) -> list[tuple[str, Any]]:
     """(pool name, host pool entry) of every host pool a HiCache controller moves."""
     host = controller.mem_pool_host

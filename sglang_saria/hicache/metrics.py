@@ -17,6 +17,12 @@ class SariaServingMetrics:
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge
 
+        self._tier_counters(Counter)
+        self._audit_counters(Counter)
+        self._gauges(Gauge)
+
+    def _tier_counters(self, Counter: type) -> None:
+        """Admissions, host evictions, reloads, promotions: what moved between the tiers."""
         self._admitted = Counter(
             "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
         )
@@ -42,6 +48,8 @@ class SariaServingMetrics:
             "sglang:saria_promoted_tokens_total", "SSD-hit tokens copied from device to host (lazy partial promotion)"
         )
 
+    def _audit_counters(self, Counter: type) -> None:
+        """The tier audit's and the KV audit's checks and errors, and pages dropped after a failed read."""
         self._audits = Counter("sglang:saria_tier_audits_total", "Tier audits of the radix tree (SGLANG_SARIA_AUDIT_TIERS=1)")
         self._audit_errors = Counter(
             "sglang:saria_tier_audit_errors_total", "Tree locations or counters that disagree with the pools and store"
@@ -60,6 +68,9 @@ class SariaServingMetrics:
             "sglang:saria_reload_pages_dropped_total",
             "Pages whose reload read failed (I/O error, checksum) and that left the store index",
         )
+
+    def _gauges(self, Gauge: type) -> None:
+        """Reloads and writes in flight, the write budget's state, the tree's pages per tier."""
         self._reload_inflight = Gauge(
             "sglang:saria_reload_inflight_tokens",
             "Device slots held by direct reloads not yet admitted (read by the reload worker)",

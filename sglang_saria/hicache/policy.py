@@ -42,12 +42,12 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.host_leaf_order import eviction_head
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.tree_view import TreeTierView
-from sglang_saria.mem_cache.admission import AdmissionEvent, make_admission_policy
+from sglang_saria.mem_cache.admission import AdmissionEvent
+from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.budget import WriteBudgetController
-from sglang_saria.mem_cache.metadata import ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import WriteSequencer
-from sglang_saria.mem_cache.tiers import DRAM, SSD
 
 logger = logging.getLogger(__name__)
 
@@ -274,17 +274,17 @@ class SariaHiCachePolicy:
         return True, []
 
     def may_displace(self, promotion: PromotionController, leaf: Any) -> bool:
-        """Whether a promotion may displace this host leaf (the sequencer's rule, as in the replay)."""
+        """Whether a promotion may displace this host leaf (``promotion.py``'s rule, as in the replay)."""
         loc = self.view.location(leaf)
         counters = self._counters(leaf)
         if loc is None or counters is None:
             return True
-        return self.sequencer.may_displace(promotion, self.clock(), counters, bool(loc & SSD))
+        return promotion.may_displace(self.clock(), counters, bool(loc & SSD), self.sequencer.robust)
 
     def promotion_pages(self, promotion: PromotionController, reused: int, in_dram: int, pages: int, free: int,
                         host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> int:
-        """Pages of an SSD hit (``pages``, leading ones first) to promote to host: the sequencer's
-        ``promotion_set``, as the replay asks it, over the host leaves in eviction order (read off
+        """Pages of an SSD hit (``pages``, leading ones first) to promote to host: ``promotion_set``
+        (``mem_cache/promotion.py``), as the replay asks it, over the host leaves in eviction order (read off
         the index, at most ``pages`` of them: each frees a page or more)."""
         view = self.view
 
@@ -294,7 +294,7 @@ class SariaHiCachePolicy:
                 counters = None if loc is None else self._counters(leaf)
                 yield counters, bool(loc and loc & SSD), len(leaf.hash_value or ())
 
-        return self.sequencer.promotion_set(promotion, self.clock(), reused, in_dram, [1] * pages, free, head())
+        return promotion.promotion_set(self.clock(), reused, in_dram, [1] * pages, free, head(), self.sequencer.robust)
 
     def _count_eviction(self, hashes: Sequence[str]) -> None:
         now = self.clock()

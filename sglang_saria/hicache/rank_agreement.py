@@ -34,12 +34,15 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
+from sglang.srt.mem_cache.hicache_storage import PoolName
 
-from sglang_saria.hicache.policy import page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.mem_cache.budget import WriteBudgetController
+from sglang_saria.units import SECONDS_PER_HOUR
 
 logger = logging.getLogger(__name__)
 
@@ -165,3 +168,64 @@ class RankAgreement:
             dist.all_gather_object(gathered, result, group=group)
             result = op(*gathered)
         return result
+
+
+def attention_groups(cache: Any) -> list[Any]:
+    """The process groups SGLang's own per-step agreement reduces over in ``cache`` (a radix
+    cache; none on one rank)."""
+    groups = [g for g in (cache.attn_cp_group, cache.attn_tp_group) if g is not None and dist.get_world_size(g) > 1]
+    if not groups and cache.tp_world_size > 1:
+        groups = [cache.tp_group]
+    return groups
+
+
+def connect_agreement(backend: Any, policy: SariaHiCachePolicy, groups: Sequence[Any]) -> Optional[RankAgreement]:
+    """With ``groups``, a `RankAgreement` over them (a collective) that ``policy`` decides on
+    from now, fed by the backend's store removals; None on one rank. Either way the policy's
+    write budget starts with what the store wrote before (`seed_write_budget`)."""
+    agreement = None
+    if groups:
+        agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
+        backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
+        agreement.on_removed = policy.use_agreement(agreement.on_ssd, agreement.clock)
+        logger.info(
+            "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
+            "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
+        )
+    seed_write_budget(policy, backend.store, agreement)
+    return agreement
+
+
+def seed_write_budget(policy: SariaHiCachePolicy, store: Any, agreement: Optional[RankAgreement]) -> None:
+    """A ``budget:<DWPD>`` window starts with the bytes the store wrote within it before this
+    process (persisted per hour), so restarts do not refill the day's budget. Whole hours
+    ago, agreed (MAX) by the ranks: their controllers decide the same."""
+    if not isinstance(policy.admission, WriteBudgetController):
+        return
+    window_s = policy.admission.params.window_s
+    hours_ago = [0] * (int(window_s // SECONDS_PER_HOUR) + 1)
+    for age, nbytes in store.recent_writes(window_s):
+        hours_ago[min(len(hours_ago) - 1, int(age // SECONDS_PER_HOUR))] += nbytes
+    if agreement is not None:
+        hours_ago = agreement.max_over_ranks(hours_ago)
+    policy.seed_budget([(k * SECONDS_PER_HOUR, b) for k, b in reversed(list(enumerate(hours_ago))) if b])
+    if any(hours_ago):
+        logger.info("saria: budget:<DWPD> window starts with %.1f MiB written by earlier runs (%.0f%% of its budget left)",
+                    sum(hours_ago) / (1 << 20), 100 * policy.admission.fill)
+
+
+def worker_agreement(groups: Sequence[Any]) -> Callable[[int], int]:
+    """MIN over the attention ranks, for the reload worker's thread: on process groups of its
+    own (a gloo group must not be used by two threads at once), created here, so call it at
+    the same point of every rank's scheduler. Identity without groups (one rank)."""
+    if not groups:
+        return lambda value: value
+    own = [dist.new_group(dist.get_process_group_ranks(g), backend="gloo") for g in groups]
+
+    def agree(value: int) -> int:
+        tensor = torch.tensor(value, dtype=torch.int64)
+        for group in own:
+            dist.all_reduce(tensor, op=dist.ReduceOp.MIN, group=group)
+        return int(tensor.item())
+
+    return agree

@@ -1,7 +1,7 @@
 """The direct reload's staging in SGLang's memory plan (issue 12, item 6).
 
 `DeviceReloader` holds two chunks of staging on the KV pool's device for its whole life
-(`hicache/device_reload.py`), allocated when the radix cache turns direct reload on: after
+(`reload/device.py`), allocated when the radix cache turns direct reload on: after
 SGLang has sized the KV pool. Taken then, it would come out of the runtime slack
 (``1 - mem_fraction_static``) that activations and CUDA graphs are sized against, and a
 long-running server could OOM in a forward pass instead. SGLang has the same problem with
@@ -21,7 +21,7 @@ import logging
 from typing import Any, Optional
 
 from sglang_saria.hicache.backend import policy_config_from_extra
-from sglang_saria.hicache.device_reload import staging_bytes
+from sglang_saria.reload.device import staging_bytes
 
 logger = logging.getLogger(__name__)
 

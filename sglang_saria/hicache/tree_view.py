@@ -16,8 +16,7 @@ from typing import Any
 
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from sglang_saria.mem_cache.metadata import ContextMetadata
-from sglang_saria.mem_cache.tiers import DRAM, SSD
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata
 
 MAMBA = int(ComponentType.MAMBA)  # index of a node's Mamba state in component_data
 _ORDERED_TTL_S = 120.0  # an ordered write not in the index after this long failed (store full, I/O error)

@@ -1,1 +1,1 @@
-"""Saria policy core: metadata tree, admission, reload planning, promotion, coordination (paper 4.2-4.5)."""
+"""Saria decisions: metadata tree, admission, write sequencer, reload planning, promotion, coordination, SSD victim order (paper 4.2-4.5)."""

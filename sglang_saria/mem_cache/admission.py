@@ -6,8 +6,9 @@ A policy is a pure predicate over a node's shared counters at one of four moment
 core's job; the policy only says whether a node qualifies at that moment.
 
 Names (grammar and kind registry: ``policy_names.py``): ``none``, ``full-duplicate``,
-``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``, and ``budget:<DWPD>`` (the online
-write-budget controller in ``budget.py``, which registers itself).
+``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>`` (registered here), and ``budget:<DWPD>``
+(the online write-budget controller in ``budget.py``). Build one by name with
+``admission_factory.make_admission_policy``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from abc import ABC, abstractmethod
 from enum import Enum
 from typing import TYPE_CHECKING
 
-from sglang_saria.mem_cache import policy_names
+from sglang_saria import policy_names
 
 if TYPE_CHECKING:
     from sglang_saria.config import AdmissionConfig
@@ -155,17 +156,3 @@ def _make_fixed(pn: policy_names.PolicyName, cfg: "AdmissionConfig | None", ssd_
     if pn.kind == "full-duplicate":
         return FullDuplicate()
     return ThresholdAdmission(pn.theta_E, pn.theta_R)
-
-
-def make_admission_policy(name: str, cfg: "AdmissionConfig | None" = None, ssd_capacity_bytes: int = 0) -> AdmissionPolicy:
-    """Factory: build a policy from its name through the kind registry (``policy_names``).
-
-    ``budget:<DWPD>`` also reads ``cfg.budget_*`` and needs the drive capacity:
-    ``cfg.budget_capacity_bytes``, else ``ssd_capacity_bytes`` (the SSD tier's).
-    """
-    pn = policy_names.parse(name)
-    return policy_names.factory_for(pn.kind)(pn, cfg, ssd_capacity_bytes)
-
-
-# budget:<DWPD> registers its factory when imported (it builds on ThresholdAdmission above)
-from sglang_saria.mem_cache import budget as _budget  # noqa: E402,F401

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sglang_saria.config import AdmissionConfig, ConfigError
-from sglang_saria.mem_cache import policy_names
+from sglang_saria import policy_names
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
 from sglang_saria.units import SECONDS_PER_DAY
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
-from sglang_saria.mem_cache.tiers import DRAM, SSD
-
+# location bits of an object (``fa_loc``, ``ck_loc``): which tiers hold a copy
+DRAM = 1
+SSD = 2
 NO_CHECKPOINT = -1  # ck_loc of nodes that do not end on a checkpoint boundary
 ROOT = -1  # parent of a first block (keys are non-negative)
 FA_BLOCK = "fa"

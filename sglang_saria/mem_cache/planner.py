@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sglang_saria.mem_cache.metadata import ContextNode
-from sglang_saria.mem_cache.tiers import DRAM, SSD
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
 
 
 @dataclass

@@ -10,27 +10,24 @@ deepest first (the node, then the ancestors its write closes over), or nothing:
 | DRAM is about to reclaim the node (write-before-reclaim) | ``evict`` | ``E + 1`` (this eviction counted) |
 | the node is among the next to be reclaimed | ``prewrite`` | ``E + 1`` (its next eviction) |
 | an SSD copy was lost (evicted, dropped) | ``ssd_lost`` | - |
-| a promotion needs DRAM room: may this node go? | ``may_displace`` | ``t_reuse``, on SSD |
-| an SSD hit was reloaded: how many blocks to promote | ``promotion_set`` | reused, in DRAM, sizes, DRAM head |
 
 A driver counts the eviction itself (``E += 1``) when it reclaims the DRAM copy: the replay at
 once, SGLang after the write it deferred the reclaim for. Under the robust rule (threshold
 policies, ``admission.rule = "robust"``) a write closes over every ancestor not on SSD, starts
 only at checkpoint nodes on hybrid models, is skipped when an ancestor is on no tier, needs
 ``theta_E`` evictions since the node's last SSD copy was lost, and total writes stay within
-the computed content (docs/fidelity.md). The tiers are read through a ``TierView``.
+the computed content (docs/fidelity.md). The tiers are read through a ``TierView``. Promotion
+(which DRAM nodes a replica may displace) is decided in ``promotion.py``, with ``robust`` from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Container, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
 from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy, ThresholdAdmission
-from sglang_saria.mem_cache.metadata import ContextNode
-from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
 from sglang_saria.mem_cache.tier_view import TierView
-from sglang_saria.mem_cache.tiers import DRAM, SSD
 
 _INSERT, _REUSE, _EVICT, _PREWRITE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
                                       AdmissionEvent.PREWRITE)
@@ -104,46 +101,6 @@ class WriteSequencer:
         """A node's SSD copy is gone: under the robust rule the evictions that admitted it are spent."""
         if self.robust:
             node.e_spent = node.E
-
-    def may_displace(self, promotion: PromotionController, now: float, node: ContextNode, on_ssd: bool) -> bool:
-        """Whether a promotion may displace a DRAM node (paper 4.4): not reused within ``P_tau``, and
-        under the robust rule held by SSD (a replica never displaces the only copy)."""
-        return (on_ssd or not self.robust) and promotion.evictable(now, node.t_reuse)
-
-    def promotion_set(self, promotion: PromotionController, now: float, reused: int, in_dram: int,
-                      sizes: Sequence[int], free: int,
-                      head: Iterable[tuple[ContextNode | None, bool, int]]) -> int:
-        """How many leading SSD-hit candidates a promotion copies to DRAM (paper 4.4), for both drivers.
-
-        ``reused``: blocks of the reused prefix, ``in_dram`` of them in DRAM; ``sizes``: the SSD-hit
-        candidates' sizes, head first, in the driver's unit (replay: tokens, server: pages); ``free``:
-        DRAM free space in that unit; ``head``: DRAM's eviction order as (counters or None, on SSD,
-        size), read lazily. The target is ``ceil(r_eff * reused) - in_dram`` candidates, cut to
-        those that fit in free space plus the victims a promotion may displace (``may_displace``),
-        counted from the eviction end up to the first it may not (nothing behind it can go before
-        it) and no further than needed. Counters None: unknown to the policy, displaceable.
-        """
-        n = promotion.target_blocks(reused, in_dram, len(sizes))
-        if n == 0:
-            return 0
-        chosen = sizes[:n]
-        budget = free
-        need = sum(chosen)
-        if budget < need:
-            may_displace = self.may_displace
-            for counters, on_ssd, size in head:
-                if counters is not None and not may_displace(promotion, now, counters, on_ssd):
-                    break
-                budget += size
-                if budget >= need:
-                    break
-        count = 0
-        for size in chosen:
-            if size > budget:
-                break
-            budget -= size
-            count += 1
-        return count
 
     def written(self, event: AdmissionEvent, nbytes: int) -> None:
         """A driver executed (or ordered) one write of ``nbytes`` for ``event``."""

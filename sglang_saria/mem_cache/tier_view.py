@@ -3,8 +3,9 @@
 The sequencer (``sequencer.py``) decides every SSD write of both drivers; it needs a node's
 parent, where its KV is (DRAM, SSD), whether it carries a checkpoint (hybrid models), its
 size, and the totals its write cap compares. The replay answers from the metadata's location
-bitmasks (``ReplayTierView``); the SGLang adapter from the radix tree's host copies and the
-store's index (``hicache/tree_view.py``), so neither keeps a second copy of the other's state.
+bitmasks (``ReplayTierView`` in ``replay/tiers.py``); the SGLang adapter from the radix tree's
+host copies and the store's index (``hicache/tree_view.py``), so neither keeps a second copy of
+the other's state.
 
 A key names one node: a block in the replay, a radix-tree node in SGLang. The sequencer only
 hashes and compares keys.
@@ -14,8 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 from typing import Protocol
-
-from sglang_saria.mem_cache.metadata import ROOT, ContextNode
 
 
 class TierView(Protocol):
@@ -42,41 +41,3 @@ class TierView(Protocol):
 
     def computed_bytes(self) -> int:
         """Bytes of the distinct KV content computed so far (write-through's minimum)."""
-
-
-class ReplayTierView:
-    """``TierView`` over the replay's metadata: locations are the nodes' bitmasks, keys are block keys."""
-
-    __slots__ = ("_md", "_nodes", "_sizes", "_ssd", "_block_bytes", "_ckpt_bytes", "hybrid")
-
-    def __init__(self, metadata, sizes: tuple[tuple[int, int], tuple[int, int]], ssd, block_bytes: int,
-                 ckpt_bytes: int, hybrid: bool) -> None:
-        self._md = metadata
-        self._nodes: dict[int, ContextNode] = metadata.nodes
-        self._sizes = sizes  # (tokens, bytes) without / with a checkpoint, indexed by bool
-        self._ssd = ssd
-        self._block_bytes = block_bytes
-        self._ckpt_bytes = ckpt_bytes
-        self.hybrid = hybrid
-
-    def parent(self, key: int) -> int | None:
-        p = self._nodes[key].parent
-        return None if p == ROOT else p
-
-    def location(self, key: int) -> int | None:
-        node = self._nodes.get(key)
-        return None if node is None else node.fa_loc
-
-    def has_checkpoint(self, key: int) -> bool:
-        return self._nodes[key].ck_loc >= 0
-
-    def size(self, key: int) -> tuple[int, int]:
-        return self._sizes[self._nodes[key].ck_loc >= 0]
-
-    @property
-    def ssd_capacity_tokens(self) -> int:
-        return self._ssd.capacity_tokens
-
-    def computed_bytes(self) -> int:
-        md = self._md
-        return md.created * self._block_bytes + md.created_checkpoints * self._ckpt_bytes

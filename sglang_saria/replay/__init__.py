@@ -1,1 +1,1 @@
-"""Trace replay: the policy core driven by simulated tiers and a logical clock (paper 5.1)."""
+"""Trace replay: the Saria decisions driven over simulated tiers by a logical clock (paper 5.1)."""

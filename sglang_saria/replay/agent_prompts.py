@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.loaders import load_trace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = ("trace_0002", "trace_0003/sub1", "trace_0003/sub2", "trace_0004")

@@ -111,7 +111,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
 
 def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
     """Replay every policy; ``logs`` (if given) receives each replay's ``RequestLog``."""
-    from sglang_saria.replay.trace import load_trace
+    from sglang_saria.replay.loaders import load_trace
     from sglang_saria.replay.workload import apply_limits, session_starts
 
     policies = args.policy or DEFAULT_POLICIES

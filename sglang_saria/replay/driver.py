@@ -8,6 +8,10 @@ FIFO), requests stop after the first token. A request's life: admission -> reloa
 GPU at ``prefill_tokens_per_s`` (FIFO) -> first token. The core's ``begin_request``
 runs at admission, ``finish_request`` at the first token. TTFT and transfer time are
 measured from admission (submission to the server), as in the paper.
+
+``ReplayRun`` holds one replay's state; its methods are the steps (issue, admit, transfer
+done, compute done), ``loop`` runs them in time order and ``result`` sums them up.
+``replay`` is the one call the CLI, the planner and the scripts use.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ import numpy as np
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
-from sglang_saria.mem_cache.core import SariaCore, WriteHook
 from sglang_saria.model_specs import ModelSpec
+from sglang_saria.replay.core import SariaCore, WriteHook
 from sglang_saria.replay.metrics import RequestLog, summarize
 from sglang_saria.replay.workload import dense_keys
 from sglang_saria.units import SECONDS_PER_DAY
@@ -85,13 +89,184 @@ class _Active:
 
 
 @dataclass
-class _State:
+class _Events:
+    """Pending issues and compute completions by time; ties keep push order."""
+
     heap: list = field(default_factory=list)
     seq: int = 0
 
     def push(self, t: float, kind: int, payload: object) -> None:
         self.seq += 1
         heapq.heappush(self.heap, (t, self.seq, kind, payload))
+
+
+class _RequestKeys:
+    """Each request's block keys as the core sees them, and how many of its blocks an ideal cache holds.
+
+    Keys are renumbered by ``dense_keys``; one int object per key, since the core's dicts find a
+    key by identity before comparing values. A session's next request reuses its previous one's
+    key objects for the prefix they share.
+    """
+
+    def __init__(self, sessions: Sequence["TraceSession"], checkpoint_stride: int) -> None:
+        self.block_keys, self.shared_keys, n_distinct = dense_keys(list(sessions))
+        self.stride = checkpoint_stride
+        self.seen = np.zeros(n_distinct, dtype=bool)  # by dense key: in an earlier request's input
+        self.key_objs = list(range(n_distinct))
+        self.last: dict[int, list[int]] = {}  # per session, its last request's key objects
+
+    def build(self, sid: int, ridx: int) -> tuple[list[int], int]:
+        """Request ``ridx`` of session ``sid``: its keys and achievable blocks; its keys become seen.
+
+        A session's requests are built in order, so its previous one's prefix has keys built, all seen.
+        """
+        shared = self.shared_keys[sid][ridx]
+        rest = self.block_keys[sid][ridx][shared:]
+        keys = self.last.get(sid, [])[:shared] + list(map(self.key_objs.__getitem__, rest.tolist()))
+        self.last[sid] = keys
+        first_new = self.seen[rest].tobytes().find(0)  # the first block no earlier request contained
+        achievable = len(keys) if first_new < 0 else shared + first_new
+        if self.stride:
+            achievable -= achievable % self.stride
+        self.seen[rest] = True
+        return keys, achievable
+
+
+class ReplayRun:
+    """One replay's state and its steps: issue -> admit -> transfer done -> compute done.
+
+    Each step is a method, so a test can drive one alone; ``loop`` runs them in time order.
+    """
+
+    def __init__(self, sessions: Sequence["TraceSession"], start_times: Sequence[float], cfg: SariaConfig,
+                 spec: ModelSpec, settings: ReplaySettings, on_write: WriteHook | None = None) -> None:
+        self.settings = settings.validate()
+        if len(start_times) != len(sessions):
+            raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
+        self.sessions, self.cfg, self.spec = sessions, cfg, spec
+        self.core = SariaCore(cfg, spec)
+        self.core.on_write = on_write
+        self.keys = _RequestKeys(sessions, self.core.metadata.checkpoint_stride)
+        self.coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
+        self.block_tokens = cfg.metadata.block_tokens
+        self.log = RequestLog()
+        self.events = _Events()
+        self.waiting: deque[tuple[int, int]] = deque()  # issued while in_flight was full, FIFO
+        self.active: dict[int, _Active] = {}
+        self.in_flight = 0
+        self.gpu_free = 0.0  # when the GPU finishes the prefills queued so far
+        self.gpu_busy = 0.0
+        self.end_t = 0.0
+        self.block_events = 0
+        self.next_rid = 0
+        for sid, t0 in enumerate(start_times):
+            if sessions[sid].requests:
+                self.events.push(float(t0), _ISSUE, (sid, 0))
+
+    def issue(self, sid: int, ridx: int, t: float) -> None:
+        """The client sends a request: admitted if a slot is free, else it waits; none after the horizon."""
+        if t > self.settings.horizon_s:
+            return  # 24 h truncation: the session issues nothing more
+        if self.in_flight < self.settings.in_flight:
+            self.admit(sid, ridx, t)
+        else:
+            self.waiting.append((sid, ridx))
+
+    def admit(self, sid: int, ridx: int, t: float) -> None:
+        """The core plans the reload; its transfer goes to the coordinator (none: done at once)."""
+        keys, achievable = self.keys.build(sid, ridx)
+        self.block_events += len(keys)
+        core = self.core
+        plan, _ = core.begin_request(keys, t)
+        d, s = core.plan_bytes(plan)
+        computed = max(0, self.sessions[sid].requests[ridx].input_tokens - plan.n_blocks * self.block_tokens)
+        rid = self.next_rid
+        self.next_rid = rid + 1
+        self.active[rid] = _Active(sid, ridx, keys, plan, t, computed, achievable)
+        self.in_flight += 1
+        if d + s == 0:
+            self.transfer_done(rid, t)
+        else:
+            for done_rid, t_done in self.coord.submit(rid, d, s, t):
+                self.transfer_done(done_rid, t_done)
+
+    def transfer_done(self, rid: int, t: float) -> None:
+        """The reload ended: the recomputed tokens queue for prefill on the one GPU (FIFO)."""
+        a = self.active[rid]
+        a.transfer_done_t = t
+        prefill_s = a.computed_tokens / self.settings.prefill_tokens_per_s
+        self.gpu_busy += prefill_s
+        self.gpu_free = max(self.gpu_free, t) + prefill_s
+        self.events.push(self.gpu_free, _COMPUTE_DONE, rid)
+
+    def compute_done(self, rid: int, t: float) -> None:
+        """First token: the core finishes the request, the session's next one is scheduled, waiters admitted."""
+        a = self.active.pop(rid)
+        plan = a.plan
+        self.core.finish_request(a.keys, plan, t)
+        self.log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
+                     done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=self.core.ssd.bytes_written)
+        self.in_flight -= 1
+        self.end_t = t
+        reqs = self.sessions[a.sid].requests
+        if a.ridx + 1 < len(reqs):
+            self.events.push(t + reqs[a.ridx + 1].idle_before_s, _ISSUE, (a.sid, a.ridx + 1))
+        waiting = self.waiting
+        while waiting and self.in_flight < self.settings.in_flight:
+            wsid, wridx = waiting.popleft()
+            self.admit(wsid, wridx, t)
+
+    def loop(self, bar=None) -> bool:
+        """Run every event in time order, transfer ends first on ties; True if Ctrl-C stopped it.
+
+        Runs once per event: what it calls is bound to locals, which CPython reads faster than attributes.
+        """
+        heap, coord = self.events.heap, self.coord
+        heappop, issue, transfer_done, compute_done = heapq.heappop, self.issue, self.transfer_done, self.compute_done
+        inf = math.inf
+        # the replay makes no reference cycles; the collector's passes over every live node cost 3% at 350 sessions
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            while heap or coord.active:
+                t_heap = heap[0][0] if heap else inf
+                t_coord = coord.next_event_time() if coord.active else inf
+                if t_coord <= t_heap:
+                    for rid, t_done in coord.advance(t_coord):
+                        transfer_done(rid, t_done)
+                    continue
+                t, _, kind, payload = heappop(heap)
+                if kind == _ISSUE:
+                    issue(payload[0], payload[1], t)
+                else:
+                    compute_done(payload, t)
+                    if bar is not None:
+                        bar.update(1)
+        except KeyboardInterrupt:
+            logger.warning("replay interrupted after %d requests; reporting partial results", len(self.log))
+            return True
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        return False
+
+    def result(self, label: str | None = None, interrupted: bool = False) -> ReplayResult:
+        """The metrics of what has run so far (all of it, unless interrupted)."""
+        cfg, core, log = self.cfg, self.core, self.log
+        ssd = core.ssd
+        metrics = summarize(
+            label or cfg.admission.policy,
+            log,
+            ssd_write_bytes=ssd.bytes_written,
+            ssd_read_bytes=ssd.bytes_read,
+            ssd_capacity_bytes=cfg.capacity.ssd_tokens * self.spec.kv_bytes_per_token,
+            writes_never_read_frac=ssd.writes_never_read_frac,
+            dram_evictions=core.stats.dram_evictions,
+            days_replayed=min(self.end_t, self.settings.horizon_s) / SECONDS_PER_DAY,
+            dwpd=self.settings.dwpd,
+        )
+        logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), self.gpu_busy, self.end_t)
+        return ReplayResult(metrics, log, core, self.end_t, self.block_events, self.gpu_busy, interrupted)
 
 
 def replay(
@@ -111,139 +286,15 @@ def replay(
     the core decides (diagnostics: ``scripts/fidelity.py --mechanism``). The core sees block
     keys renumbered by ``dense_keys`` (so do ``on_write`` and the returned core).
     """
-    settings = (settings or ReplaySettings()).validate()
-    if len(start_times) != len(sessions):
-        raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
-    block_keys, shared_keys, n_distinct = dense_keys(list(sessions))
-    core = SariaCore(cfg, spec)
-    core.on_write = on_write
-    coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
-    bt = cfg.metadata.block_tokens
-    stride = core.metadata.checkpoint_stride
-    tps = settings.prefill_tokens_per_s
-    log = RequestLog()
-    st = _State()
-    waiting: deque[tuple[int, int]] = deque()
-    active: dict[int, _Active] = {}
-    seen = np.zeros(n_distinct, dtype=bool)  # by dense key: in an earlier request's input
-    # one int object per key: the core's dicts find a key by identity before comparing values
-    key_objs = list(range(n_distinct))
-    # per session, its last request's key objects: the next one mostly repeats them
-    last: dict[int, list[int]] = {}
-    in_flight = 0
-    gpu_free = 0.0
-    gpu_busy = 0.0
-    end_t = 0.0
-    block_events = 0
-    next_rid = 0
-    for sid, t0 in enumerate(start_times):
-        if sessions[sid].requests:
-            st.push(float(t0), _ISSUE, (sid, 0))
-
+    run = ReplayRun(sessions, start_times, cfg, spec, settings or ReplaySettings(), on_write)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=sum(len(s.requests) for s in sessions), desc=label or cfg.admission.policy, unit="req", mininterval=0.5)
-
-    def admit(sid: int, ridx: int, t: float) -> None:
-        nonlocal in_flight, next_rid, block_events
-        req = sessions[sid].requests[ridx]
-        # a session's requests are admitted in order: its previous one's prefix has keys built, all seen
-        shared = shared_keys[sid][ridx]
-        rest = block_keys[sid][ridx][shared:]
-        keys = last.get(sid, [])[:shared] + list(map(key_objs.__getitem__, rest.tolist()))
-        last[sid] = keys
-        first_new = seen[rest].tobytes().find(0)  # the first block no earlier request contained
-        n_ach = len(keys) if first_new < 0 else shared + first_new
-        if stride:
-            n_ach -= n_ach % stride
-        seen[rest] = True
-        block_events += len(keys)
-        plan, _ = core.begin_request(keys, t)
-        d, s = core.plan_bytes(plan)
-        computed = max(0, req.input_tokens - plan.n_blocks * bt)
-        rid = next_rid
-        next_rid += 1
-        active[rid] = _Active(sid, ridx, keys, plan, t, computed, n_ach)
-        in_flight += 1
-        if d + s == 0:
-            transfer_done(rid, t)
-        else:
-            for done_rid, t_done in coord.submit(rid, d, s, t):
-                transfer_done(done_rid, t_done)
-
-    def transfer_done(rid: int, t: float) -> None:
-        nonlocal gpu_free, gpu_busy
-        a = active[rid]
-        a.transfer_done_t = t
-        gpu_busy += a.computed_tokens / tps
-        gpu_free = max(gpu_free, t) + a.computed_tokens / tps
-        st.push(gpu_free, _COMPUTE_DONE, rid)
-
-    def compute_done(rid: int, t: float) -> None:
-        nonlocal in_flight, end_t
-        a = active.pop(rid)
-        core.finish_request(a.keys, a.plan, t)
-        plan = a.plan
-        log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
-                done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=core.ssd.bytes_written)
-        in_flight -= 1
-        end_t = t
-        reqs = sessions[a.sid].requests
-        if a.ridx + 1 < len(reqs):
-            st.push(t + reqs[a.ridx + 1].idle_before_s, _ISSUE, (a.sid, a.ridx + 1))
-        while waiting and in_flight < settings.in_flight:
-            wsid, wridx = waiting.popleft()
-            admit(wsid, wridx, t)
-        if bar is not None:
-            bar.update(1)
-
-    interrupted = False
-    inf = math.inf
-    # the replay makes no reference cycles; the collector's passes over every live node cost 3% at 350 sessions
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
     try:
-        while st.heap or coord.active:
-            t_heap = st.heap[0][0] if st.heap else inf
-            t_coord = coord.next_event_time() if coord.active else inf
-            if t_coord <= t_heap:
-                for rid, t_done in coord.advance(t_coord):
-                    transfer_done(rid, t_done)
-                continue
-            t, _, kind, payload = heapq.heappop(st.heap)
-            if kind == _ISSUE:
-                sid, ridx = payload
-                if t > settings.horizon_s:
-                    continue  # 24 h truncation: the session issues nothing more
-                if in_flight < settings.in_flight:
-                    admit(sid, ridx, t)
-                else:
-                    waiting.append((sid, ridx))
-            else:
-                compute_done(payload, t)
-    except KeyboardInterrupt:
-        interrupted = True
-        logger.warning("replay interrupted after %d requests; reporting partial results", len(log))
+        interrupted = run.loop(bar)
     finally:
-        if gc_was_enabled:
-            gc.enable()
         if bar is not None:
             bar.close()
-
-    ssd = core.ssd
-    kvb = spec.kv_bytes_per_token
-    metrics = summarize(
-        label or cfg.admission.policy,
-        log,
-        ssd_write_bytes=ssd.bytes_written,
-        ssd_read_bytes=ssd.bytes_read,
-        ssd_capacity_bytes=cfg.capacity.ssd_tokens * kvb,
-        writes_never_read_frac=ssd.writes_never_read_frac,
-        dram_evictions=core.stats.dram_evictions,
-        days_replayed=min(end_t, settings.horizon_s) / SECONDS_PER_DAY,
-        dwpd=settings.dwpd,
-    )
-    logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), gpu_busy, end_t)
-    return ReplayResult(metrics, log, core, end_t, block_events, gpu_busy, interrupted)
+    return run.result(label, interrupted)

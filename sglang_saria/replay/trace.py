@@ -52,13 +52,6 @@ class TraceSession:
     after_request: int = -1
 
 
-def load_trace(spec: str, block_tokens: int, max_sessions: int | None = None) -> list[TraceSession]:
-    """Load `weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]` (see replay.loaders)."""
-    from sglang_saria.replay.loaders import load_spec
-
-    return load_spec(spec, block_tokens, max_sessions)
-
-
 def scope_seed(*parts: str) -> int:
     """Seed of a key chain: keys of different scopes (trace file, model) never collide."""
     return _xxh3("\x1f".join(parts).encode())

@@ -1,1 +1,1 @@
-"""Saria SSD store (L3): slab files, I/O engines, durability, HiCache storage backend."""
+"""Saria SSD store (L3): slab files, I/O engines, durability; the HiCache storage backend on it is in hicache/."""

@@ -7,6 +7,7 @@ other keys are legitimate; anything else is a typo worth failing on at startup.
 
 from __future__ import annotations
 
+import importlib
 import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
@@ -77,6 +78,9 @@ class StoreConfig:
     sync_writes: bool = True
     # Preallocate slab files so a full file system is found at open, not mid-write.
     preallocate: bool = True
+    # Test-only: a fault the store's engine runs (storage/fault_injection.py), given as
+    # {"class": "module:Class", ...its arguments} or as the injector itself.
+    fault_injector: Optional[Any] = None
 
     KEYS = (
         "data_dirs",
@@ -89,6 +93,7 @@ class StoreConfig:
         "drive_rating",
         "sync_writes",
         "preallocate",
+        "fault_injector",
     )
 
     def __post_init__(self) -> None:
@@ -126,6 +131,10 @@ class StoreConfig:
         for name in ("sync_writes", "preallocate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"saria store config: {name}={getattr(self, name)!r} must be true/false")
+        if isinstance(self.fault_injector, Mapping):
+            self.fault_injector = load_fault_injector(self.fault_injector)
+        elif self.fault_injector is not None and not callable(getattr(self.fault_injector, "wrap", None)):
+            raise ConfigError(f"{_WHERE}: fault_injector={self.fault_injector!r} is not a fault injector (no wrap(engine))")
 
     @classmethod
     def from_extra_config(
@@ -155,3 +164,25 @@ class StoreConfig:
         if "capacity" in values:
             values["capacity"] = Capacity.parse(values["capacity"])
         return cls(**values)
+
+
+def load_fault_injector(spec: Mapping[str, Any]) -> Any:
+    """``{"class": "module:Class", **arguments}`` -> the injector (SGLang's dynamic-backend style:
+    the class is imported by name, so the store imports no test code); errors name the key."""
+    where = f"{_WHERE}: fault_injector"
+    name = spec.get("class")
+    if not isinstance(name, str) or ":" not in name:
+        raise ConfigError(f"{where}={dict(spec)!r}: expected {{'class': 'module:Class', ...its arguments}}")
+    module, _, attr = name.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"{where}.class={name!r}: {e}") from None
+    args = {k: v for k, v in spec.items() if k != "class"}
+    try:
+        injector = cls(**args)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {name} does not take the arguments {sorted(args)}: {e}") from None
+    if not callable(getattr(injector, "wrap", None)):
+        raise ConfigError(f"{where}.class={name!r} is not a fault injector (no wrap(engine))")
+    return injector

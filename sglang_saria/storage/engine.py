@@ -4,7 +4,7 @@
 the file system allows it (an aligned bounce buffer only when caller memory
 is not 4 KiB aligned). `kvikio` (kvikio_engine.py) uses GPUDirect Storage so
 reads land in CUDA tensors. `select_engine` picks kvikio when CUDA and kvikio
-are both present, else posix.
+are both present, else posix. Both implement `IOEngine` (io_engine.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from abc import ABC, abstractmethod
 from typing import Callable, List, Sequence
 
 import numpy as np
@@ -27,36 +26,12 @@ from sglang_saria.storage.buffers import (
     total_bytes,
 )
 from sglang_saria.storage.config import ALIGN
+from sglang_saria.storage.io_engine import IOEngine
+from sglang_saria.storage.kvikio_engine import KvikioEngine
 
 logger = logging.getLogger(__name__)
 
 IOV_MAX = 1024
-
-
-class IOEngine(ABC):
-    """Reads/writes one contiguous file range of one slab from/to a scatter list."""
-
-    name: str = ""
-
-    @abstractmethod
-    def open(self, paths: Sequence[str], o_direct: str) -> None: ...
-
-    @abstractmethod
-    def read(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
-        """Fill `segs` from the file; returns bytes transferred from the device."""
-
-    @abstractmethod
-    def write(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
-        """Write `segs` to the file; returns bytes written to the device (with padding)."""
-
-    @abstractmethod
-    def sync(self, dir_idx: int) -> None: ...
-
-    @abstractmethod
-    def close(self) -> None: ...
-
-    def direct(self, dir_idx: int) -> bool:
-        return False
 
 
 def _vectored(fn: Callable, fd: int, segs: Sequence[np.ndarray], offset: int, what: str) -> None:
@@ -193,7 +168,5 @@ def select_engine(name: str) -> IOEngine:
     if name == "kvikio":
         if not cuda_and_kvikio_available():
             raise ValueError("saria store: engine=kvikio needs a CUDA GPU and the kvikio package")
-        from sglang_saria.storage.kvikio_engine import KvikioEngine
-
         return KvikioEngine()
     raise ValueError(f"saria store: unknown engine {name!r}")

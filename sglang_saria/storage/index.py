@@ -19,14 +19,14 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from sglang_saria.kernels.checksum import as_int64
+from sglang_saria.digest import as_int64
 from sglang_saria.storage.layout import blob_to_slots, slots_to_blob
 
 logger = logging.getLogger(__name__)
 _U64 = (1 << 64) - 1
 
 INDEX_NAME = "saria-index.sqlite"
-# 2: objects.digest (device-side digest, sglang_saria/kernels/checksum.py). A version-1 index
+# 2: objects.digest (device digest, sglang_saria/digest.py). A version-1 index
 # is upgraded in place on open; its objects stay readable, with no digest.
 FORMAT_VERSION = 2
 _UPGRADABLE = {"1"}

@@ -11,7 +11,7 @@ import os
 from typing import List, Sequence
 
 from sglang_saria.storage.buffers import Segment, total_bytes
-from sglang_saria.storage.engine import IOEngine
+from sglang_saria.storage.io_engine import IOEngine
 
 
 class KvikioEngine(IOEngine):

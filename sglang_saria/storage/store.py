@@ -6,11 +6,15 @@ run on separate worker pools so reloads never queue behind persistence (paper
 5.1); every call has an async form returning a Future so callers overlap I/O.
 
 Durability: data first, then the index row (group-committed by one committer
-thread), so after kill -9 every object whose put completed is back and nothing
-else is. Each stripe run carries an xxh3 checksum verified on every read: a
+thread, ``writes.py``), so after kill -9 every object whose put completed is back and
+nothing else is. Each stripe run carries an xxh3 checksum verified on every read: a
 torn or corrupt object is a counted miss and is dropped, never served. Each object
-also records a device digest (sglang_saria/kernels/checksum.py, summed over its stripe
+also records a device digest (sglang_saria/digest.py, summed over its stripe
 runs), so a read into GPU memory can be verified there (`digest_of`).
+
+Which objects go when the store is full is the caller's victim order (``VictimOrder``; the
+server passes the SSD victim order both drivers share, ``mem_cache/ssd_order.py``): the store
+decides nothing about recency itself.
 
 Callers must keep source buffers unchanged until a put's future resolves, and
 must not use a destination buffer unless the get reports HIT.
@@ -24,179 +28,75 @@ recompute their prefixes; a restart with the directory back opens a fresh store.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-import numpy as np
-import xxhash
-
-from sglang_saria.kernels.checksum import Lanes
-from sglang_saria.kernels.checksum import lanes as digest_lanes
-from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.allocator import SlotAllocator
-from sglang_saria.storage.buffers import ScatterList, Segment, as_segments, is_cuda, total_bytes
+from sglang_saria.storage.buffers import ScatterList, as_segments, total_bytes
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
-from sglang_saria.storage.engine import IOEngine, select_engine
+from sglang_saria.storage.engine import select_engine
 from sglang_saria.storage.index import HOUR_S, DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
+from sglang_saria.storage.io_engine import IOEngine
 from sglang_saria.storage.layout import SlabLayout, SubIO, block_device_name, prepare_dir, prepare_slab
 from sglang_saria.storage.metrics import store_metrics
+from sglang_saria.storage.results import GetStatus, ObjectOp, StoreStats, describe, resolved, xxh3
+from sglang_saria.storage.writes import WritePath
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SLOT_BYTES = 4 << 20
-# Test-only: seconds every object read sleeps on its read thread before reading, so a test
-# can hold a reload in flight (tests/e2e/test_async_reload.py). Never set it in production.
-TEST_READ_DELAY_ENV = "SARIA_TEST_READ_DELAY_S"
-
-
-def _test_read_delay_s() -> float:
-    raw = os.environ.get(TEST_READ_DELAY_ENV, "")
-    try:
-        delay = float(raw) if raw else 0.0
-    except ValueError:
-        delay = -1.0
-    if not delay >= 0.0:
-        raise ValueError(f"{TEST_READ_DELAY_ENV}={raw!r}: must be a non-negative number of seconds (test-only)")
-    return delay
 MAX_KEY_CHARS = 1024
-_FLUSH_EVERY_S = 1.0
 
 
-class GetStatus(str, Enum):
-    HIT = "hit"
-    MISS = "miss"
-    CORRUPT = "corrupt"  # checksum mismatch: dropped from the store
-    SIZE_MISMATCH = "size_mismatch"  # destination size differs from the object
-    IO_ERROR = "io_error"
+class VictimOrder(Protocol):
+    """The order in which stored objects are evicted, kept by the caller; the store calls it
+    under its lock (``mem_cache.ssd_order.SSDVictimOrder`` is the one both drivers share)."""
 
-    @property
-    def ok(self) -> bool:
-        return self is GetStatus.HIT
+    def written(self, key: str) -> None:
+        """A put of ``key`` committed (or touched a stored copy)."""
 
+    def access(self, key: str) -> None:
+        """``key`` was read."""
 
-@dataclass
-class PutResult:
-    key: str
-    ok: bool
-    error: Optional[str] = None  # "ENOSPC: ...", "store full: ...", ...
-    evicted: List[str] = field(default_factory=list)  # keys evicted to make room
-    already_present: bool = False
+    def touch_prefix(self, keys: Sequence[str]) -> None:
+        """Stored objects of one prefix (head first) were read or written together."""
 
+    def remove(self, key: str) -> None:
+        """``key`` left the store."""
 
-@dataclass
-class StoreStats:
-    objects: int
-    stored_bytes: int
-    used_bytes: int  # whole slots
-    capacity_bytes: int
-    slot_bytes: int
-    engine: str
-    o_direct: List[bool]
-    counts: Dict[str, int]
-    devices: List[DeviceEndurance]
+    def victim(self) -> Optional[str]:
+        """The next key to evict; None when none is held."""
+
+    def order(self) -> List[str]:
+        """Held keys, the next victim first."""
 
 
-class StoreOffline(OSError):
-    """The store's data dir was removed while serving; no more I/O goes to it."""
-
-
-class _Op:
-    """Sub-I/Os of one object in flight; the last one to finish completes the object."""
-
-    __slots__ = ("remaining", "lock", "results", "error", "t0")
-
-    def __init__(self, n: int) -> None:
-        self.remaining = n
-        self.lock = threading.Lock()
-        self.results: List[Any] = [None] * n
-        self.error: Optional[BaseException] = None
-        self.t0 = time.perf_counter()
-
-    def done(self, i: int, result: Any = None, error: Optional[BaseException] = None) -> bool:
-        with self.lock:
-            self.results[i] = result
-            if error is not None and self.error is None:
-                self.error = error
-            self.remaining -= 1
-            return self.remaining == 0
-
-
-@dataclass
-class _PendingPut:
-    entry: Entry
-    future: Future
-    evicted: List[str]
-    t0: float
-
-
-def _host(pieces: Sequence[Segment]) -> List[np.ndarray]:
-    return [p.cpu().numpy() if is_cuda(p) else p for p in pieces]
-
-
-def _hash(pieces: Sequence[Segment]) -> int:
-    h = xxhash.xxh3_64()
-    for p in _host(pieces):
-        h.update(p)
-    return h.intdigest()
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-        return f"ENOSPC: {err}"
-    if "disk is full" in str(err):
-        return f"ENOSPC: index: {err}"
-    return f"{type(err).__name__}: {err}"
-
-
-class SariaStore:
+class SariaStore(WritePath):
     def __init__(
         self,
         config: StoreConfig,
         *,
+        victim_order: VictimOrder,
         bytes_per_token: Optional[int] = None,
         default_slot_bytes: int = DEFAULT_SLOT_BYTES,
         on_evict: Optional[Callable[[List[str]], None]] = None,
         engine: Optional[IOEngine] = None,
         name: Optional[str] = None,
-        victim_order: Optional[SSDVictimOrder] = None,
     ) -> None:
         self.config = config
-        # Which objects go when the store is full: the SSD victim order both drivers share
-        # (mem_cache/ssd_order.py; LRU over puts and gets by default). Callers that know a
-        # read or write covered one prefix report it (`touch_prefix`) so its head stays longest.
-        self.order = victim_order if victim_order is not None else SSDVictimOrder("lru")
+        # Which objects go when the store is full; callers that know a read or write covered one
+        # prefix report it (`touch_prefix`) so its head stays longest.
+        self.order = victim_order
         self.name = name or os.path.abspath(config.data_dirs[0])
         self.on_evict = on_evict
         dirs = tuple(os.path.abspath(d) for d in config.data_dirs)
-        for d in dirs:
-            prepare_dir(d)
-        slot_bytes = SlabLayout.round_slot_bytes(config.slot_bytes or default_slot_bytes, len(dirs))
-        capacity = config.capacity.resolve(bytes_per_token)
-        if config.capacity.bytes == DEFAULT_CAPACITY_BYTES:
-            logger.info("saria store: capacity %d bytes (the default; set 'capacity' to change)", capacity)
-        self.layout = SlabLayout(dirs, slot_bytes, capacity // slot_bytes)
-        self.capacity_bytes = self.layout.nslots * slot_bytes
-
-        self._index = SQLiteIndex(index_path(dirs[0]), config.sync_writes)
-        self._index.check_layout(dirs, slot_bytes)
-        for j in range(len(dirs)):
-            prepare_slab(self.layout.slab_path(j), self.layout.slab_bytes, config.preallocate)
-        self.engine = engine or select_engine(config.engine)
-        self.engine.open([self.layout.slab_path(j) for j in range(len(dirs))], config.o_direct)
-
-        saved = self._index.load_devices()
-        self._devices = [
-            DeviceAccount(d, block_device_name(d), saved.get(d) or DeviceCounters()) for d in dirs
-        ]
+        self._open_files(dirs, bytes_per_token, default_slot_bytes, engine)
         self._metrics = store_metrics()
         self._counts: Dict[str, int] = {}
         self._counts_lock = threading.Lock()
@@ -206,18 +106,9 @@ class SariaStore:
         self._pending_deletes: List[str] = []
         self._touched: Dict[str, float] = {}
         self._offline: Optional[str] = None  # why the store went offline, once it has
-        self._read_delay_s = _test_read_delay_s()
-        if self._read_delay_s:
-            logger.warning("saria store: %s=%s: every read is delayed (test-only)", TEST_READ_DELAY_ENV, self._read_delay_s)
         self._recover()
         self._seq = self._index.max_seq()
-
-        self._readers = ThreadPoolExecutor(config.read_threads, thread_name_prefix="saria-read")
-        self._writers = ThreadPoolExecutor(config.write_threads, thread_name_prefix="saria-write")
-        self._commit_q: "queue.Queue[Any]" = queue.Queue()
-        self._closed = False
-        self._committer = threading.Thread(target=self._commit_loop, name="saria-commit", daemon=True)
-        self._committer.start()
+        self._start_workers()
         self._update_gauges()
         logger.info(
             "saria store %s: %d dirs, %d slots of %d bytes (%.2f GiB), engine=%s, O_DIRECT=%s, "
@@ -225,12 +116,47 @@ class SariaStore:
             self.name,
             len(dirs),
             self.layout.nslots,
-            slot_bytes,
+            self.layout.slot_bytes,
             self.capacity_bytes / 2**30,
             self.engine.name,
             [self.engine.direct(j) for j in range(len(dirs))],
             len(self._entries),
         )
+
+    def _open_files(self, dirs: Tuple[str, ...], bytes_per_token: Optional[int], default_slot_bytes: int,
+                    engine: Optional[IOEngine]) -> None:
+        """Data dirs, slab files, the index and the engine (wrapped by a test's fault injector)."""
+        config = self.config
+        for d in dirs:
+            prepare_dir(d)
+        slot_bytes = SlabLayout.round_slot_bytes(config.slot_bytes or default_slot_bytes, len(dirs))
+        capacity = config.capacity.resolve(bytes_per_token)
+        if config.capacity.bytes == DEFAULT_CAPACITY_BYTES:
+            logger.info("saria store: capacity %d bytes (the default; set 'capacity' to change)", capacity)
+        self.layout = SlabLayout(dirs, slot_bytes, capacity // slot_bytes)
+        self.capacity_bytes = self.layout.nslots * slot_bytes
+        self._index = SQLiteIndex(index_path(dirs[0]), config.sync_writes)
+        self._index.check_layout(dirs, slot_bytes)
+        for j in range(len(dirs)):
+            prepare_slab(self.layout.slab_path(j), self.layout.slab_bytes, config.preallocate)
+        self.engine = engine or select_engine(config.engine)
+        if config.fault_injector is not None:
+            logger.warning("saria store: fault injector %r: test-only", config.fault_injector)
+            self.engine = config.fault_injector.wrap(self.engine)
+        self.engine.open([self.layout.slab_path(j) for j in range(len(dirs))], config.o_direct)
+        saved = self._index.load_devices()
+        self._devices = [
+            DeviceAccount(d, block_device_name(d), saved.get(d) or DeviceCounters()) for d in dirs
+        ]
+
+    def _start_workers(self) -> None:
+        """The read and write pools and the committer thread."""
+        self._readers = ThreadPoolExecutor(self.config.read_threads, thread_name_prefix="saria-read")
+        self._writers = ThreadPoolExecutor(self.config.write_threads, thread_name_prefix="saria-write")
+        self._commit_q: "queue.Queue[Any]" = queue.Queue()
+        self._closed = False
+        self._committer = threading.Thread(target=self._commit_loop, name="saria-commit", daemon=True)
+        self._committer.start()
 
     # ---------------------------------------------------------------- recovery
     def _recover(self) -> None:
@@ -292,181 +218,6 @@ class SariaStore:
             except Exception:
                 logger.exception("saria store: on_evict callback failed")
 
-    @staticmethod
-    def _done(result: Any) -> Future:
-        f: Future = Future()
-        f.set_result(result)
-        return f
-
-    # ---------------------------------------------------------------- put
-    def put_async(self, key: str, data: Any, overwrite: bool = False) -> "Future[PutResult]":
-        """Write an object; the future resolves once it is durable in the index."""
-        self.check_key(key)
-        segs = as_segments(data, writable=False)
-        size = total_bytes(segs)
-        if size == 0:
-            raise ValueError(f"saria store: object {key!r} is empty")
-        need = self.layout.slots_for(size)
-        evicted: List[str] = []
-        while True:
-            with self._lock:
-                self._check_open()
-                if self._offline is not None:
-                    self._count("put", "offline")
-                    result = self._done(PutResult(key, False, f"store offline: {self._offline}"))
-                    break
-                cur = self._entries.get(key)
-                if cur is not None and not overwrite:
-                    self.order.written(key)
-                    self._touched[key] = time.time()
-                    result = self._done(PutResult(key, True, already_present=True))
-                    break
-                if key in self._inflight:
-                    result = self._inflight[key]
-                    break
-                while self._alloc.free_slots < need and self._entries:
-                    victim = self._entries[self.order.victim()]
-                    self._remove(victim)
-                    evicted.append(victim.key)
-                if self._alloc.free_slots >= need:
-                    slots = self._alloc.take(need)
-                    self._seq += 1
-                    entry = Entry(key, size, np.asarray(slots, dtype=np.int64), (), self._seq, time.time())
-                    result = Future()
-                    self._inflight[key] = result
-                    break
-                # Backpressure: the rest of the store is in-flight puts; once one commits
-                # it becomes evictable.
-                waiting = next(iter(self._inflight.values()), None) if need <= self.layout.nslots else None
-                if waiting is None:
-                    self._count("put", "full")
-                    reason = (
-                        f"store full: object {key!r} needs {need} slots of {self.layout.slot_bytes} "
-                        f"bytes, {self._alloc.free_slots} free of {self.layout.nslots} "
-                        f"(rest held by in-flight reads)"
-                    )
-                    result = self._done(PutResult(key, False, reason, evicted))
-                    break
-            waiting.result()
-        if evicted:
-            self._count("evict", "lru", len(evicted))
-            self._metrics.evictions.labels(self.name).inc(len(evicted))
-            self._notify_evicted(evicted)
-        if result.done():
-            return result
-        subs = self.layout.plan(slots, size)
-        op = _Op(len(subs))
-        pending = _PendingPut(entry, result, evicted, op.t0)
-        scatter = ScatterList(segs)
-        for i, sub in enumerate(subs):
-            self._writers.submit(self._write_sub, op, i, sub, scatter, pending)
-        return result
-
-    def _write_sub(self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, pending: _PendingPut) -> None:
-        try:
-            runs = [scatter.slice(s, e) for s, e in sub.ranges]
-            pieces = [p for run in runs for p in run]
-            host = [_host(run) for run in runs]  # one host copy of CUDA pieces for both sums
-            checksum = _hash([p for run in host for p in run])
-            part = sum((digest_lanes(run, s) for run, (s, _) in zip(host, sub.ranges)), Lanes())
-            written = self.engine.write(sub.dir_idx, sub.file_offset, pieces)
-            self._devices[sub.dir_idx].add(written=written)
-            self._metrics.ssd_bytes_written.labels(self._devices[sub.dir_idx].data_dir).inc(written)
-            last = op.done(i, (checksum, part))
-        except BaseException as e:  # noqa: BLE001 - reported to the caller through the future
-            last = op.done(i, error=e)
-        if last:
-            if op.error is None:
-                pending.entry.checksums = tuple(c for c, _ in op.results)
-                pending.entry.digest = sum((part for _, part in op.results), Lanes()).digest
-                self._commit_q.put(pending)
-            else:
-                self._fail_puts([pending], op.error)
-
-    def _fail_puts(self, pendings: Sequence[_PendingPut], err: BaseException) -> None:
-        reason = _describe(err)
-        logger.warning("saria store %s: %d put(s) failed: %s", self.name, len(pendings), reason)
-        with self._lock:
-            for p in pendings:
-                self._alloc.release(p.entry.slots.tolist())
-                self._inflight.pop(p.entry.key, None)
-            self._count("put", "enospc" if reason.startswith("ENOSPC") else "error", len(pendings))
-        for p in pendings:
-            p.future.set_result(PutResult(p.entry.key, False, reason, p.evicted))
-
-    def put(self, key: str, data: Any, overwrite: bool = False) -> PutResult:
-        return self.put_async(key, data, overwrite).result()
-
-    def put_batch(
-        self, items: Sequence[Tuple[str, Any]], overwrite: bool = False
-    ) -> List["Future[PutResult]"]:
-        return [self.put_async(k, d, overwrite) for k, d in items]
-
-    # ---------------------------------------------------------------- commit
-    def _commit_loop(self) -> None:
-        stop = False
-        while not stop:
-            try:
-                batch = [self._commit_q.get(timeout=_FLUSH_EVERY_S)]
-            except queue.Empty:
-                batch = []
-            while True:
-                try:
-                    batch.append(self._commit_q.get_nowait())
-                except queue.Empty:
-                    break
-            puts = [b for b in batch if isinstance(b, _PendingPut)]
-            waiters = [b for b in batch if isinstance(b, threading.Event)]
-            stop = any(b is None for b in batch)
-            self._check_data_dirs()
-            self._commit(puts)
-            for w in waiters:
-                w.set()
-
-    def _commit(self, puts: List[_PendingPut]) -> None:
-        if self._offline is not None:  # the index went with the data dir
-            if puts:
-                self._fail_puts(puts, StoreOffline(self._offline))
-            return
-        with self._lock:
-            deletes, self._pending_deletes = self._pending_deletes, []
-            touches, self._touched = self._touched, {}
-        if not (puts or deletes or touches):
-            return
-        try:
-            if puts and self.config.sync_writes:
-                for j in range(len(self.layout.data_dirs)):
-                    self.engine.sync(j)
-            self._index.commit(
-                [p.entry for p in puts],
-                deletes,
-                touches.items(),
-                {d.data_dir: d.snapshot() for d in self._devices},
-            )
-        except BaseException as e:  # noqa: BLE001 - e.g. ENOSPC in the index: reads go on
-            with self._lock:
-                self._pending_deletes = deletes + self._pending_deletes
-            if puts:
-                self._fail_puts(puts, e)
-            else:
-                logger.warning("saria store %s: index update failed: %s", self.name, _describe(e))
-            return
-        with self._lock:
-            for p in puts:
-                old = self._entries.pop(p.entry.key, None)
-                if old is not None:
-                    self._discard(old)
-                self._entries[p.entry.key] = p.entry
-                self.order.written(p.entry.key)
-                self._inflight.pop(p.entry.key, None)
-            if puts:
-                self._count("put", "ok", len(puts))
-        now = time.perf_counter()
-        for p in puts:
-            self._metrics.op_seconds.labels(self.name, "put").observe(now - p.t0)
-            p.future.set_result(PutResult(p.entry.key, True, None, p.evicted))
-        self._update_gauges()
-
     # ---------------------------------------------------------------- data dirs
     @property
     def offline(self) -> Optional[str]:
@@ -516,7 +267,7 @@ class SariaStore:
             e = self._entries.get(key)
             if e is None:
                 self._count("get", "miss")
-                return self._done(GetStatus.MISS)
+                return resolved(GetStatus.MISS)
             if e.size != nbytes:
                 self._count("get", "size_mismatch")
                 logger.warning(
@@ -526,12 +277,12 @@ class SariaStore:
                     e.size,
                     nbytes,
                 )
-                return self._done(GetStatus.SIZE_MISMATCH)
+                return resolved(GetStatus.SIZE_MISMATCH)
             e.pins += 1
             self.order.access(key)
             self._touched[key] = time.time()
         subs = self.layout.plan(e.slots.tolist(), e.size)
-        op = _Op(len(subs))
+        op = ObjectOp(len(subs))
         fut: Future = Future()
         scatter = ScatterList(segs)
         for i, sub in enumerate(subs):
@@ -539,23 +290,21 @@ class SariaStore:
         return fut
 
     def _read_sub(
-        self, op: _Op, i: int, sub: SubIO, scatter: ScatterList, e: Entry, fut: Future, host_check: bool
+        self, op: ObjectOp, i: int, sub: SubIO, scatter: ScatterList, e: Entry, fut: Future, host_check: bool
     ) -> None:
         try:
-            if self._read_delay_s and i == 0:
-                time.sleep(self._read_delay_s)
             pieces = [p for s, t in sub.ranges for p in scatter.slice(s, t)]
             got = self.engine.read(sub.dir_idx, sub.file_offset, pieces)
             self._devices[sub.dir_idx].add(read=got)
             self._metrics.ssd_bytes_read.labels(self._devices[sub.dir_idx].data_dir).inc(got)
-            ok = not host_check or (i < len(e.checksums) and _hash(pieces) == e.checksums[i])
+            ok = not host_check or (i < len(e.checksums) and xxh3(pieces) == e.checksums[i])
             last = op.done(i, ok)
         except BaseException as err:  # noqa: BLE001 - a failed read is a counted miss
             last = op.done(i, error=err)
         if last:
             self._finish_get(op, e, fut)
 
-    def _finish_get(self, op: _Op, e: Entry, fut: Future) -> None:
+    def _finish_get(self, op: ObjectOp, e: Entry, fut: Future) -> None:
         corrupt = op.error is None and not all(op.results)
         with self._lock:
             e.pins -= 1
@@ -568,7 +317,7 @@ class SariaStore:
             self._notify_evicted([e.key])
         if op.error is not None:
             status = GetStatus.IO_ERROR
-            logger.warning("saria store %s: read of %r failed: %s", self.name, e.key, _describe(op.error))
+            logger.warning("saria store %s: read of %r failed: %s", self.name, e.key, describe(op.error))
         elif corrupt:
             status = GetStatus.CORRUPT
             logger.warning("saria store %s: %r failed its checksum; dropped", self.name, e.key)

@@ -2,8 +2,9 @@
 
 One store, written by a first server (each prefix computed once, written through to the
 store), then one restarted server whose store reads are all slowed down by the test-only
-`SARIA_TEST_READ_DELAY_S` (1 s per page read; a 10-page prefix on the store's 4 read
-threads takes 3 waves, about 3 s). Its scenarios each use their own stored prefix:
+fault injector `ReadDelay` named in its extra config (1 s per page read; a 10-page prefix on
+the store's 4 read threads takes 3 waves, about 3 s). Its scenarios each use their own stored
+prefix:
 
 - acceptance: a streaming decoder S keeps its pace while request C waits for its 3-s
   reload in the queue; D, sent after C, is served first; C's pages go straight into the
@@ -43,13 +44,13 @@ from sglang_saria.launcher import (
 )
 from sglang_saria.storage.index import INDEX_NAME
 from sglang_saria.storage.layout import SLAB_NAME, blob_to_slots
-from sglang_saria.storage.store import TEST_READ_DELAY_ENV
 from tests.faults import flip_byte
 
 pytestmark = pytest.mark.e2e
 
 PAGE = 16
 READ_DELAY_S = 1.0
+READ_DELAY = {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": READ_DELAY_S}
 PREFIX_PAGES = 10
 
 
@@ -130,11 +131,11 @@ def store(start_server, tmp_path_factory) -> Path:
 def server(start_server, store):
     """The restarted server: every store read takes READ_DELAY_S longer. A 2048-token device
     pool, so S (which reserves its 1000 new tokens) leaves room for C and D."""
-    extra = {**_extra(store), "transfer": {"max_inflight_reload_tokens": INFLIGHT_CAP}}
+    extra = {**_extra(store), "transfer": {"max_inflight_reload_tokens": INFLIGHT_CAP}, "fault_injector": READ_DELAY}
     args = saria_hicache_args(extra) + [
         "--hicache-storage-prefetch-policy", "wait_complete", "--max-total-tokens", "2048",
     ]
-    with start_server(args, env={**AUDIT_ENV, TEST_READ_DELAY_ENV: str(READ_DELAY_S)}) as srv:
+    with start_server(args, env=AUDIT_ENV) as srv:
         yield srv
 
 

@@ -18,7 +18,9 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from sglang_saria.kernels.checksum import as_int64, digest, row_digests, triton_interpreted, verify_rows  # noqa: E402
+from sglang_saria.digest import as_int64, digest  # noqa: E402
+from sglang_saria.kernels.checksum import row_digests, triton_interpreted, verify_rows  # noqa: E402
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
 from sglang_saria.storage.config import StoreConfig  # noqa: E402
 from sglang_saria.storage.store import SariaStore  # noqa: E402
 
@@ -49,7 +51,7 @@ def main() -> None:
         )
     with tempfile.TemporaryDirectory() as d:
         cfg = StoreConfig(data_dirs=[f"{d}/a", f"{d}/b"], capacity="4MiB", slot_bytes="16KiB")
-        with SariaStore(cfg) as store:
+        with SariaStore(cfg, victim_order=SSDVictimOrder()) as store:
             pages = torch.randint(0, 256, (4, 40_000), generator=gen, dtype=torch.uint8)
             assert all(store.put(f"p{i}", pages[i]).ok for i in range(4))
             back = torch.zeros_like(pages)

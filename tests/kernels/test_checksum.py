@@ -1,4 +1,4 @@
-"""The device digest (kernels/checksum.py): its definition, the Triton kernel (interpreted in
+"""The device digest (digest.py, kernels/checksum.py): its definition, the Triton kernel (interpreted in
 a subprocess on CPU, compiled on a GPU) against numpy, and the value the store records."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from sglang_saria.kernels.checksum import Lanes, as_int64, digest, lanes, row_digests, verify_rows
+from sglang_saria.digest import Lanes, as_int64, digest, lanes
+from sglang_saria.kernels.checksum import row_digests, verify_rows
 
 HERE = Path(__file__).resolve().parent
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 THRESHOLD_POLICIES = ["eviction:E2", "eviction:E3", "eviction:E5", "eviction:E8", "reuse:R4", "combined:E3R4", "budget:1"]

@@ -88,7 +88,7 @@ def test_baselines_lmcache_and_gds_only_run_on_the_same_workload(tmp_path):
 
 
 def test_ctrl_c_prints_the_partial_table_and_skips_remaining_policies(tmp_path, capsys, monkeypatch):
-    from sglang_saria.mem_cache.core import SariaCore
+    from sglang_saria.replay.core import SariaCore
 
     real = SariaCore.finish_request
     calls = {"n": 0}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.mem_cache.core import SariaCore
+from sglang_saria.replay.core import SariaCore
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.metrics import RESULT_KEYS

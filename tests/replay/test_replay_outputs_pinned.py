@@ -12,7 +12,7 @@ import pytest
 from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.trace import load_trace
+from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 WINDOW_S = 1800.0

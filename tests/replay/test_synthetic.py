@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from sglang_saria.replay.synthetic import SyntheticConfig, generate
-from sglang_saria.replay.trace import describe, load_trace
+from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.trace import describe
 
 # Paper section 3 / 5.1: TraceLab sessions average 18.4 requests, 83.7K prompt tokens per
 # request, and 112.1 s between requests of a session.

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from sglang_saria.kernels.checksum import digest
+from sglang_saria.digest import digest
 from sglang_saria.storage.index import FORMAT_VERSION, index_path
 from sglang_saria.storage.store import GetStatus
 

@@ -17,9 +17,12 @@ import uuid
 import numpy as np
 import pytest
 
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.engine import PosixEngine
-from sglang_saria.storage.store import TEST_READ_DELAY_ENV, GetStatus, SariaStore
+from sglang_saria.storage.fault_injection import DelayedReads, ReadDelay
+from sglang_saria.storage.store import GetStatus, SariaStore
+from sglang_saria.units import ConfigError
 from tests.faults import flip_byte
 
 SLOT = 64 * 1024
@@ -48,7 +51,7 @@ def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload
     store.flush()
     store.close()
     # The drop is durable: a restart does not resurrect the corrupt object.
-    assert not SariaStore(store.config).exists("victim")
+    assert not SariaStore(store.config, victim_order=SSDVictimOrder()).exists("victim")
 
 
 class _FailingWrites(PosixEngine):
@@ -98,12 +101,13 @@ def tiny_tmpfs(tmp_path):
 def test_enospc_on_a_real_full_tmpfs(tiny_tmpfs, payload):
     with pytest.raises(ValueError, match="needs .* more bytes"):
         SariaStore(
-            StoreConfig(data_dirs=[os.path.join(tiny_tmpfs, "pre")], capacity="4MiB", slot_bytes="64KiB")
+            StoreConfig(data_dirs=[os.path.join(tiny_tmpfs, "pre")], capacity="4MiB", slot_bytes="64KiB"),
+            victim_order=SSDVictimOrder(),
         )
     cfg = StoreConfig(
         data_dirs=[os.path.join(tiny_tmpfs, "sparse")], capacity="4MiB", slot_bytes="64KiB", preallocate=False
     )
-    store = SariaStore(cfg)
+    store = SariaStore(cfg, victim_order=SSDVictimOrder())
     try:
         results = [store.put(f"k{i}", payload(f"k{i}", SLOT)) for i in range(32)]
         ok = [r.key for r in results if r.ok]
@@ -142,13 +146,14 @@ def test_file_system_without_o_direct_falls_back_with_a_log_line(make_store, pay
 CHILD = textwrap.dedent(
     """
     import sys, hashlib, numpy as np
+    from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
     from sglang_saria.storage.config import StoreConfig
     from sglang_saria.storage.store import SariaStore
     def payload(key, size):
         seed = int.from_bytes(hashlib.blake2b(f"{key}:{size}".encode(), digest_size=8).digest(), "little")
         return np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
     cfg = StoreConfig(data_dirs=sys.argv[1:3], capacity="64MiB", slot_bytes="64KiB", sync_writes=False)
-    store = SariaStore(cfg)
+    store = SariaStore(cfg, victim_order=SSDVictimOrder())
     i = 0
     while True:
         batch = [(f"obj{i + j}", payload(f"obj{i + j}", 200_000 + 4099 * (i + j))) for j in range(8)]
@@ -179,7 +184,7 @@ def test_kill_9_mid_batch_recovers_completed_objects_and_serves_no_torn_one(tmp_
     child.wait()
     assert child.returncode == -signal.SIGKILL
 
-    store = SariaStore(StoreConfig(data_dirs=dirs, capacity="64MiB", slot_bytes="64KiB"))
+    store = SariaStore(StoreConfig(data_dirs=dirs, capacity="64MiB", slot_bytes="64KiB"), victim_order=SSDVictimOrder())
     try:
         recovered = set(store.keys())
         assert set(reported) <= recovered
@@ -229,9 +234,10 @@ def test_data_dir_removed_while_serving_takes_the_store_offline_with_a_log_line_
     assert reopened.offline is None and reopened.put("after", payload("after", SLOT)).ok
 
 
-def test_test_only_read_delay_holds_every_read_and_bad_values_are_refused(make_store, payload, monkeypatch):
-    monkeypatch.setenv(TEST_READ_DELAY_ENV, "0.3")
-    store = make_store(slot_bytes="64KiB")
+def test_test_only_read_delay_holds_every_read_and_bad_values_are_refused(make_store, payload, tmp_path):
+    delay = {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": 0.3}
+    store = make_store(slot_bytes="64KiB", fault_injector=delay)
+    assert isinstance(store.engine, DelayedReads) and store.config.fault_injector == ReadDelay(0.3)
     data = payload("k", 4096)
     assert store.put("k", data).ok
     dest = np.empty_like(data)
@@ -239,6 +245,14 @@ def test_test_only_read_delay_holds_every_read_and_bad_values_are_refused(make_s
     assert store.get("k", dest) is GetStatus.HIT
     assert time.monotonic() - t0 >= 0.3
     assert np.array_equal(dest, data)
-    monkeypatch.setenv(TEST_READ_DELAY_ENV, "soon")
-    with pytest.raises(ValueError, match=f"{TEST_READ_DELAY_ENV}='soon'"):
-        make_store(slot_bytes="64KiB")
+    dirs = [str(tmp_path / "bad")]
+    with pytest.raises(ConfigError, match=r"fault_injector.read_delay_s='soon'"):
+        StoreConfig.from_extra_config({"data_dirs": dirs, "fault_injector": {**delay, "read_delay_s": "soon"}})
+    with pytest.raises(ConfigError, match=r"fault_injector.read_delay_s=-1"):
+        StoreConfig(data_dirs=dirs, fault_injector={**delay, "read_delay_s": -1})
+    with pytest.raises(ConfigError, match=r"fault_injector.class='sglang_saria.storage.fault_injection:Nope'"):
+        StoreConfig(data_dirs=dirs, fault_injector={**delay, "class": "sglang_saria.storage.fault_injection:Nope"})
+    with pytest.raises(ConfigError, match=r"fault_injector: .*ReadDelay does not take the arguments \['delay'"):
+        StoreConfig(data_dirs=dirs, fault_injector={"class": delay["class"], "delay": 1})
+    with pytest.raises(ConfigError, match=r"fault_injector.class='sglang_saria.storage.config:StoreConfig' is not"):
+        StoreConfig(data_dirs=dirs, fault_injector={"class": "sglang_saria.storage.config:StoreConfig", "data_dirs": dirs})

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.store import GetStatus, SariaStore
 
@@ -128,7 +129,7 @@ def test_reopen_with_other_slot_size_is_refused(make_store, store_dirs):
     store = make_store()
     store.close()
     with pytest.raises(ValueError, match="slot_bytes"):
-        SariaStore(StoreConfig(data_dirs=store_dirs(1), capacity="16MiB", slot_bytes="128KiB"))
+        SariaStore(StoreConfig(data_dirs=store_dirs(1), capacity="16MiB", slot_bytes="128KiB"), victim_order=SSDVictimOrder())
 
 
 def test_capacity_shrink_drops_objects_beyond_new_end(payload, make_store):
@@ -144,9 +145,9 @@ def test_missing_or_unusable_data_dir(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ValueError, match="cannot be created"):
-        SariaStore(StoreConfig(data_dirs=[str(blocker / "sub")], capacity="1MiB", slot_bytes="64KiB"))
+        SariaStore(StoreConfig(data_dirs=[str(blocker / "sub")], capacity="1MiB", slot_bytes="64KiB"), victim_order=SSDVictimOrder())
     with pytest.raises(ValueError, match="not a directory"):
-        SariaStore(StoreConfig(data_dirs=[str(blocker)], capacity="1MiB", slot_bytes="64KiB"))
+        SariaStore(StoreConfig(data_dirs=[str(blocker)], capacity="1MiB", slot_bytes="64KiB"), victim_order=SSDVictimOrder())
 
 
 def test_async_api_overlaps_many_objects(payload, make_store):

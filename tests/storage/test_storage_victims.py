@@ -14,7 +14,7 @@ SLOT = 4096
 def _store(tmp_path, slots, order=None, on_evict=None):
     cfg = StoreConfig(data_dirs=[str(tmp_path / "ssd")], capacity=str(slots * SLOT), slot_bytes=str(SLOT),
                       sync_writes=False)
-    return SariaStore(cfg, victim_order=order, on_evict=on_evict)
+    return SariaStore(cfg, victim_order=order if order is not None else SSDVictimOrder(), on_evict=on_evict)
 
 
 def _data(i):

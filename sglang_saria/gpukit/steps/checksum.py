@@ -8,7 +8,8 @@ import torch
 from sglang_saria.gpukit.steps.common import StepContext, check, random_bytes, require_cuda
 from sglang_saria.gpukit.steps.store import open_store
 from sglang_saria.gpukit.timing import gbps, median_seconds, sig
-from sglang_saria.kernels.checksum import digest, row_digests, verify_rows
+from sglang_saria.digest import digest
+from sglang_saria.kernels.checksum import row_digests, verify_rows
 
 
 def run(ctx: StepContext) -> dict:

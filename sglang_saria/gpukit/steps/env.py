@@ -15,7 +15,7 @@ from sglang_saria.gpukit.steps.common import StepContext, StepFailed, kvikio_mod
 KIT_MODULES = (
     "sglang_saria.storage.store",
     "sglang_saria.storage.kvikio_engine",
-    "sglang_saria.hicache.device_reload",
+    "sglang_saria.reload.device",
     "sglang_saria.kernels.gather",
     "sglang_saria.kernels.checksum",
     "sglang_saria.mem_cache.coordinator",

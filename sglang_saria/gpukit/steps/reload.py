@@ -1,6 +1,6 @@
 """Step reload: SSD pages into a device KV pool shaped like SGLang's (plain tensors).
 
-Direct (store -> device staging -> gather into the pool, `hicache/device_reload.py`) is timed
+Direct (store -> device staging -> gather into the pool, `reload/device.py`) is timed
 against HiCache's staging (store -> pinned host pool -> per-layer copies), in the same run.
 Then the link rates are measured (store reads into device memory; pinned host -> device
 copies), and a half-DRAM half-SSD reload runs under the coordinator's pacer with those rates:
@@ -20,7 +20,7 @@ from sglang_saria.gpukit.steps.store import open_store
 from sglang_saria.gpukit.timing import gbps, median_seconds, sig
 from sglang_saria.gpukit.workloads import PAGE, Pools, staged
 from sglang_saria.mem_cache.coordinator import RealTimePacer, TransferCoordinator
-from sglang_saria.hicache.device_reload import DeviceReloader
+from sglang_saria.reload.device import DeviceReloader
 from sglang_saria.storage.store import SariaStore
 
 MODE = "coordinated"

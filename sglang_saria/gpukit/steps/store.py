@@ -15,6 +15,7 @@ import torch
 
 from sglang_saria.gpukit.steps.common import StepContext, check, drop_page_cache, kvikio_mode, random_bytes, require_cuda
 from sglang_saria.gpukit.timing import gbps, median_seconds, sig
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.store import GetStatus, SariaStore
 
@@ -31,7 +32,7 @@ def open_store(ctx: StepContext, name: str, object_bytes: int, objects: int) -> 
         read_threads=8,
         write_threads=4,
     )
-    return SariaStore(cfg)
+    return SariaStore(cfg, victim_order=SSDVictimOrder())
 
 
 def slab_paths(store: SariaStore) -> list[str]:

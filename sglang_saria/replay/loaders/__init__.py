@@ -12,12 +12,13 @@ from sglang_saria.replay.loaders.weka import load_weka
 from sglang_saria.replay.synthetic import DEFAULT_SEED, generate
 from sglang_saria.replay.trace import TraceSession
 
-__all__ = ["load_spec", "load_weka", "load_tracelab", "load_mooncake", "SPEC_HELP"]
+__all__ = ["load_trace", "load_weka", "load_tracelab", "load_mooncake", "SPEC_HELP"]
 
 SPEC_HELP = "weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]"
 
 
-def load_spec(spec: str, block_tokens: int, max_sessions: int | None = None) -> list[TraceSession]:
+def load_trace(spec: str, block_tokens: int, max_sessions: int | None = None) -> list[TraceSession]:
+    """Load `weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]`: the first `max_sessions` sessions."""
     if block_tokens <= 0:
         raise ValueError(f"block_tokens must be positive, got {block_tokens}")
     if max_sessions is not None and max_sessions < 0:

@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """(plan JSON, printed text)."""
     from sglang_saria.replay.cli import build_config
-    from sglang_saria.replay.trace import load_trace
+    from sglang_saria.replay.loaders import load_trace
     from sglang_saria.replay.workload import apply_limits, session_starts
 
     drives = parse_drives(args.ssd_capacity, args.dwpd, args.years, args.drives)

@@ -1,0 +1,280 @@
+"""A request's direct reload from its arrival to its admission (paper 4.3, 4.5): the state machine.
+
+    probe ──track──> deferred ──claim + submit──> running ──advance──> published
+                        │                            │                  (landed pages join the tree)
+                        └──deadline / stop policy────┴──release──> released (slots back, anchor unlocked)
+                                                          │
+                                             job still running: abandoned, freed by `reap`
+
+The adapter probes (plans the pages, locks the anchor's host copy) and registers a
+`PendingReload`; reloads start in arrival order while the in-flight cap and the device pool
+allow; each scheduler step applies HiCache's prefetch stop policy and publishes the reloads
+every rank has finished. A release while the worker still writes into the slots stops the
+job and keeps the slots until it ends. Nothing here imports SGLang: the tree, the pools, the
+locks and the ranks' agreement are the adapter's (`ReloadHost`, implemented by
+`hicache/radix_cache.py::SariaRadixCache`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+import torch
+
+from sglang_saria.mem_cache.planner import ReloadPlan
+from sglang_saria.reload.device import StateLoad
+from sglang_saria.reload.worker import ReloadJob
+
+# Job reasons that are no store status (the others are reported as ``store_<status>``).
+_OWN_REASONS = frozenset({"stopped", "peer_rank", "worker_error"})
+
+
+@dataclass
+class PendingReload:
+    """A request's SSD hit, from its arrival (slots allocated, job submitted) to its
+    admission (the landed pages join the tree) or release (slots freed). The tree's objects
+    (request handle, node ids, radix key, lock parameters) are the adapter's, opaque here."""
+
+    request: Any  # SGLang's CacheRequestHandle (``.rid``)
+    anchor: Any  # deepest tree node of the arrival match (device or host); locked meanwhile
+    key: Any  # the request's radix key up to the end of the SSD pages
+    start: int  # tokens before the SSD pages (device + host)
+    host_tokens: int  # of those, host-only tokens (loaded back at submission, counted again there)
+    page_hashes: list[str]  # the pages past ``start`` (tail DRAM pages, then SSD pages), in order
+    plan: ReloadPlan
+    host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
+    deadline: float  # step clock; the `timeout` prefetch policy cuts the reload here
+    job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
+    path_lock: Any = None  # the anchor's device path, locked when the job is submitted
+    # Hybrid trees: the GDN checkpoint at the end of the SSD pages (the sidecar of the last
+    # page) and the device mamba slot it is gathered into: the new boundary node's value.
+    state_key: Optional[str] = None
+    state_slot: Optional[torch.Tensor] = None
+    # Hybrid trees: the leading pages past ``start`` that the tree holds in host memory
+    # past its last checkpoint (FA only, no state at their end: SGLang's match stops
+    # before them), planned from DRAM and gathered host -> device with the SSD pages.
+    tail: tuple = ()  # PageObjects of every page past ``start``, for the re-plan at submission
+    tail_dram_pages: int = 0
+    tail_host_slots: Optional[torch.Tensor] = None  # their host-pool slots, page_size per page
+    tail_node: Any = None  # the tree node holding the last of them, host-locked
+    tail_lock: Any = None
+
+    @property
+    def rid(self) -> str:
+        return self.request.rid
+
+    @property
+    def ssd_hashes(self) -> list[str]:
+        return self.page_hashes[self.tail_dram_pages :]
+
+
+def job_reason(job: ReloadJob) -> str:
+    """The fallback reason of a job that landed fewer pages than planned."""
+    return job.reason if job.reason in _OWN_REASONS else f"store_{job.reason}"
+
+
+def reload_job(pending: PendingReload, slots: torch.Tensor, page_size: int, page_bytes: int) -> ReloadJob:
+    """The worker's job for a claimed reload: its SSD pages into ``slots`` after the tail DRAM
+    pages' (gathered host -> device with them), the checkpoint into its mamba slot, and the
+    plan's whole DRAM part (loaded back by HiCache, modelled by the pacer)."""
+    state = None
+    if pending.state_slot is not None:
+        state = StateLoad(int(pending.state_slot[0]), key=pending.state_key)
+    dram_tokens = pending.tail_dram_pages * page_size
+    job = ReloadJob(
+        pending.rid, pending.ssd_hashes, slots,
+        dram_bytes=(pending.host_tokens + dram_tokens) * (page_bytes // page_size), state=state,
+    )
+    if dram_tokens:
+        job.host_slots, job.host_device_slots = pending.tail_host_slots, slots[:dram_tokens]
+    return job
+
+
+def publishable(pending: PendingReload) -> Optional[str]:
+    """None when an ended reload's landed pages may join the tree, else why all is recomputed."""
+    job = pending.job
+    if job.pages == 0:
+        return job_reason(job)
+    if pending.state_slot is not None and not (job.state_loaded and job.pages == len(job.page_hashes)):
+        # A hybrid prefix is reusable only up to its checkpoint: without the state at its
+        # end the landed FA pages cannot resume the GDN layers.
+        return job_reason(job) if job.reason else "state"
+    return None
+
+
+class ReloadHost(Protocol):
+    """What the state machine asks of the adapter: SGLang's tree, pools, locks and ranks."""
+
+    def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
+        """Device memory for a reload (path locked, ``tokens`` slots, a state slot on hybrid
+        trees); None, holding nothing, when the pool cannot take it now."""
+
+    def submit_reload(self, pending: PendingReload, slots: torch.Tensor) -> ReloadJob:
+        """Start the worker on a claimed reload."""
+
+    def publish_reload(self, pending: PendingReload) -> None:
+        """The landed pages join the tree; the slots past them go back to the pool."""
+
+    def free_reload_slots(self, slots: torch.Tensor) -> None: ...
+
+    def free_reload_state(self, slot: torch.Tensor) -> None: ...
+
+    def unlock_reload(self, pending: PendingReload) -> None:
+        """Drop the anchor's (and a tail node's) locks."""
+
+    def reload_loading(self, pending: PendingReload) -> bool:
+        """Whether the plan's DRAM part is still being loaded host -> device."""
+
+    def all_ranks_done(self, done: list[bool]) -> list[bool]:
+        """``done`` agreed by every attention rank (MIN), so all publish at the same step."""
+
+    def step_clock(self) -> float:
+        """The step clock reload deadlines are timed by."""
+
+
+class ReloadMetrics(Protocol):
+    def reload_fallback(self, reason: str) -> None: ...
+
+    def reload_inflight(self, tokens: int) -> None: ...
+
+
+class PendingReloads:
+    """Every request's reload between arrival and admission, and the device slots they hold."""
+
+    def __init__(self, host: ReloadHost, metrics: ReloadMetrics, page_size: int) -> None:
+        self.host = host
+        self.metrics = metrics
+        self.page_size = page_size
+        self.by_rid: dict[str, PendingReload] = {}
+        self.deferred: list[str] = []  # request ids waiting for the in-flight cap, FIFO
+        self.abandoned: list[PendingReload] = []  # released while their job still runs
+        self.inflight_tokens = 0  # device slots held by reload jobs
+        self.inflight_states = 0  # device mamba slots held by reload jobs (hybrid trees)
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self.by_rid
+
+    def track(self, pending: PendingReload) -> None:
+        """A probed reload waits for its device memory (claimed at the next `start_deferred`)."""
+        self.by_rid[pending.rid] = pending
+        self.deferred.append(pending.rid)
+
+    def start_deferred(self, cap: int, wait: bool = False) -> None:
+        """Submit waiting reloads in arrival order while at most ``cap`` tokens are in flight
+        (one larger than the cap alone was cut to it by the probe) and the pool allows. One
+        the pool cannot take yet waits until its deadline, then its request recomputes.
+        ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
+        while self.deferred:
+            rid = self.deferred[0]
+            pending = self.by_rid[rid]
+            tokens = len(pending.page_hashes) * self.page_size  # tail DRAM and SSD pages
+            if self.inflight_tokens and self.inflight_tokens + tokens > cap:
+                return
+            slots = self.host.claim_reload(pending, tokens)
+            if slots is None:
+                if self.host.step_clock() <= pending.deadline:
+                    return
+                self.deferred.pop(0)
+                del self.by_rid[rid]
+                self.release(pending, "device_memory")
+                continue
+            self.deferred.pop(0)
+            self.inflight_states += pending.state_slot is not None
+            pending.job = self.host.submit_reload(pending, slots)
+            self.hold(tokens)
+            if wait:
+                pending.job.wait()
+
+    def advance(self, stop_policy: str) -> None:
+        """Once per scheduler step: apply HiCache's stop policy (`best_effort` cuts a reload at
+        its first step, `timeout` at its deadline, `wait_complete` never; a cut job ends after
+        its chunk in flight, keeping a leading run of pages), then end every reload all ranks
+        have finished, its DRAM part included."""
+        now = self.host.step_clock()
+        running = []
+        for rid, pending in list(self.by_rid.items()):
+            cut = stop_policy == "best_effort" or (stop_policy == "timeout" and now > pending.deadline)
+            if pending.job is None:  # held back by the in-flight cap
+                if cut:
+                    self.deferred.remove(rid)
+                    del self.by_rid[rid]
+                    self.release(pending, f"policy_{stop_policy}")
+                continue
+            if cut and not pending.job.done:
+                pending.job.stop()
+            running.append(pending)
+        landed = [p.job.done and not self.host.reload_loading(p) for p in running]
+        for pending, done in zip(running, self.host.all_ranks_done(landed)):
+            if done:
+                del self.by_rid[pending.rid]
+                self._end(pending)
+
+    def _end(self, pending: PendingReload) -> None:
+        """Publish an ended reload's landed pages, or release it when none can be used."""
+        reason = publishable(pending)
+        if reason is not None:
+            self.release(pending, reason)
+            return
+        had_state = pending.state_slot is not None
+        self.hold(-pending.job.tokens)
+        self.host.publish_reload(pending)
+        if had_state:  # the boundary node's value now (or freed as a duplicate)
+            self.inflight_states -= 1
+            pending.state_slot = None
+
+    def release(self, pending: PendingReload, reason: Optional[str] = None) -> None:
+        """Give a reload's slots back and unlock its anchor; a job still running is stopped
+        and freed once the worker is done with its slots (`reap`)."""
+        if reason is not None:
+            self.metrics.reload_fallback(reason)
+        job = pending.job
+        if job is not None and not job.done:
+            job.stop()
+            self.abandoned.append(pending)
+            return
+        self._free(pending)
+
+    def _free(self, pending: PendingReload) -> None:
+        if pending.job is not None:
+            self.host.free_reload_slots(pending.job.slots)
+            self.hold(-pending.job.tokens)
+        if pending.state_slot is not None:
+            self.host.free_reload_state(pending.state_slot)
+            pending.state_slot = None
+            self.inflight_states -= 1
+        self.host.unlock_reload(pending)
+
+    def reap(self) -> None:
+        """Free the slots of released reloads whose worker job has ended since."""
+        running = []
+        for pending in self.abandoned:
+            if pending.job.done:
+                self._free(pending)
+            else:
+                running.append(pending)
+        self.abandoned = running
+
+    def abort(self, rid: str) -> None:
+        """The request left (abort): its reload, waiting or running, is released."""
+        pending = self.by_rid.pop(rid, None)
+        if pending is not None:
+            if rid in self.deferred:
+                self.deferred.remove(rid)
+            self.release(pending, "aborted")
+
+    def reset(self) -> None:
+        """Forget every reload (the pools are reset with the tree): jobs still running are
+        stopped and waited for (a chunk's reads), so no worker writes into a reset pool."""
+        for pending in self.abandoned + list(self.by_rid.values()):
+            if pending.job is not None:
+                pending.job.stop()
+                pending.job.wait()
+        self.by_rid, self.deferred, self.abandoned = {}, [], []
+        self.hold(-self.inflight_tokens)
+        self.inflight_states = 0
+
+    def hold(self, tokens: int) -> None:
+        self.inflight_tokens += tokens
+        self.metrics.reload_inflight(self.inflight_tokens)
+

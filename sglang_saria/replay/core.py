@@ -1,0 +1,376 @@
+"""The replay's core: the decision modules of ``mem_cache/`` over simulated tiers.
+
+``SariaCore`` ties the metadata tree, admission (through the write sequencer), the planner,
+promotion and the SSD victim order to the replay's DRAM and SSD ``Tier``s in two per-request
+calls. Each call updates the logical state (counters, locations, tier residency) and returns
+an ``Actions`` record of the data movement: the replay driver only counts bytes and times it.
+The SGLang adapter does not use this class: it drives the same decision modules over its radix
+tree and store (``hicache/policy.py``). Nothing here touches pools, files or wall clocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Container
+from dataclasses import dataclass, field
+from itertools import compress, islice, repeat
+
+from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.admission import AdmissionEvent
+from sglang_saria.mem_cache.admission_factory import make_admission_policy
+from sglang_saria.mem_cache.eviction import make_eviction
+from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, SSD, ContextMetadata, ContextNode
+from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
+from sglang_saria.mem_cache.promotion import PromotionController
+from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+from sglang_saria.model_specs import ModelSpec
+from sglang_saria.replay.tiers import ReplayTierView, Tier
+
+# module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
+_INSERT, _REUSE, _EVICT, _PREWRITE, _CLOSURE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
+                                                AdmissionEvent.PREWRITE, AdmissionEvent.CLOSURE)
+# plan sources (bytes) -> 1 where a block loads from DRAM (from SSD): selectors for itertools.compress
+_FROM_DRAM = bytes.maketrans(bytes((DRAM, SSD)), b"\x01\x00")
+_FROM_SSD = bytes.maketrans(bytes((DRAM, SSD)), b"\x00\x01")
+_SSD_ONLY = bytes(int(loc == SSD) for loc in range(256))  # FA location -> 1 if held by SSD alone
+_GONE = ContextNode(0.0, False)  # stands in for a node reclaimed while its request ran: held nowhere
+_WRITES_BY_EVENT = {_INSERT: "insert_writes", _REUSE: "reuse_writes", _EVICT: "evict_writes",
+                    _PREWRITE: "prewrites", _CLOSURE: "closure_writes"}
+
+
+@dataclass
+class Actions:
+    """Data movement decided by one core call, in execution order per list."""
+
+    ssd_writes: list[int] = field(default_factory=list)  # persist node DRAM -> SSD (before any DRAM reclaim below)
+    dram_evictions: list[int] = field(default_factory=list)  # reclaim the node's DRAM copy
+    ssd_evictions: list[int] = field(default_factory=list)  # delete the node's SSD copy
+    promotions: list[int] = field(default_factory=list)  # copy SSD-hit node GPU -> DRAM after prefill
+
+
+@dataclass
+class CoreStats(RuleStats):
+    """Counters the replay reports; the adapter exports the same as Prometheus metrics."""
+
+    dram_evictions: int = 0
+    promoted_blocks: int = 0
+    prewrites: int = 0
+    reuse_writes: int = 0
+    evict_writes: int = 0
+    insert_writes: int = 0
+    closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
+    ssd_evicted_unread: int = 0  # SSD copies evicted before any read
+
+
+class KeySet:
+    """Membership in a request's keys, the set built on the first query (most requests never ask)."""
+
+    __slots__ = ("_keys", "_set")
+
+    def __init__(self, keys: list[int]) -> None:
+        self._keys = keys
+        self._set: set[int] | None = None
+
+    def __contains__(self, key: object) -> bool:
+        if self._set is None:
+            self._set = set(self._keys)
+        return key in self._set
+
+
+#: ``on_write(key, node, event, parent_on_ssd)``: diagnostics hook called for every SSD write decided
+WriteHook = Callable[[int, ContextNode, AdmissionEvent, bool], None]
+
+
+class SariaCore:
+    """Engine-agnostic Saria policy state for one model and one cache configuration."""
+
+    def __init__(self, cfg: SariaConfig, spec: ModelSpec, dram_eviction: str = "lru", ssd_eviction: str = "lru") -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.spec = spec
+        bt = cfg.metadata.block_tokens
+        self.hybrid = spec.is_hybrid
+        self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None, cfg.metadata.metadata_window_s)
+        self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
+        self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
+        self.planner = cfg.transfer.planner
+        self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction))
+        # the SSD victim order shared with the server's store (mem_cache/ssd_order.py)
+        self.ssd_order = SSDVictimOrder(ssd_eviction)
+        self.ssd = Tier(SSD, cfg.capacity.ssd_tokens, self.ssd_order)
+        self.block_tokens = bt
+        self.block_bytes = spec.kv_bytes_per_token * bt
+        self.ckpt_bytes = spec.checkpoint_bytes
+        self.ckpt_tokens = spec.checkpoint_token_equiv
+        # (tokens, bytes) of a node without / with a GDN checkpoint, indexed by bool
+        self._sizes = ((bt, self.block_bytes), (bt + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes))
+        self.stats = CoreStats()
+        self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
+        self._prewrite_depth = cfg.admission.prewrite_depth_blocks
+        # every write is decided by the sequencer, which reads these tiers through the view (the SGLang
+        # adapter drives the same sequencer over its tree and store)
+        self.sequencer = WriteSequencer(self.admission, cfg.admission.rule, self.stats)
+        self.view = ReplayTierView(self.metadata, self._sizes, self.ssd, self.block_bytes, self.ckpt_bytes, self.hybrid)
+        self._hbm: Container[int] = ()
+        # the sequencer's write floors by event as (R, E, least ck_loc), kept until a clock tick or a write
+        # that retunes the admission (budget)
+        self._floors: dict[AdmissionEvent, tuple[float, float, int]] = {}
+        self.robust = self.sequencer.robust
+        self.on_write: WriteHook | None = None
+
+    # ---------------------------------------------------------------- lookup
+    def lookup(self, keys: list[int]) -> ReloadPlan:
+        """Pure: the reload plan for a request's block keys (no state change)."""
+        return plan_reload(keys, self.metadata.nodes, self.planner, self.hybrid)
+
+    def plan_bytes(self, plan: ReloadPlan) -> tuple[int, int]:
+        """(DRAM bytes, SSD bytes) the plan loads, checkpoint included."""
+        d = plan.dram_blocks * self.block_bytes
+        s = plan.ssd_blocks * self.block_bytes
+        if plan.ckpt_source == DRAM:
+            d += self.ckpt_bytes
+        elif plan.ckpt_source == SSD:
+            s += self.ckpt_bytes
+        return d, s
+
+    # ---------------------------------------------------------- request path
+    def begin_request(self, keys: list[int], now: float) -> tuple[ReloadPlan, Actions]:
+        """A request arrives: plan its reload, count reuse, refresh hit recency.
+
+        Reuse-triggered writes (``R`` reached ``theta_R`` while in DRAM) are returned
+        as asynchronous SSD writes. O(len(keys)).
+        """
+        self._tick(now)
+        md = self.metadata
+        nodes = md.nodes
+        found = list(map(nodes.get, keys))  # one lookup per key for the plan (``lookup``) and the reuse count
+        plan = plan_nodes(found, self.planner, self.hybrid)
+        acts = Actions()
+        reached = md.record_use(keys, now, self.admission.reuse_threshold, found)
+        dram, ssd = self.dram, self.ssd
+        # deepest block first, so a prefix's head is the most recent (see _refresh_prefix)
+        hit = keys[plan.n_blocks - 1 :: -1] if plan.n_blocks else []
+        ssd_hits: list[int] = []
+        if plan.ssd_blocks == 0:
+            dram.access_many(hit)
+        else:
+            src = bytes(plan.sources)  # DRAM or SSD per block: C loops select each source's blocks
+            dram.access_many(compress(hit, src[::-1].translate(_FROM_DRAM)))
+            ssd_hits = list(compress(keys, src.translate(_FROM_SSD)))  # head first
+            ssd.count_reads(ssd_hits, self.block_bytes)
+            self.ssd_order.touch_prefix(ssd_hits)  # the SSD order's read rule: deepest first
+        if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
+            ssd.bytes_read += self.ckpt_bytes
+        if reached:
+            reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
+            hbm = KeySet(keys) if self.robust else ()
+            seq, view = self.sequencer, self.view
+            for k in reached:
+                node = nodes[k]
+                if node.fa_loc & DRAM and not node.fa_loc & SSD:
+                    self._execute(seq.reuse(view, k, node, hbm), _REUSE, acts, reading)
+        return plan, acts
+
+    def finish_request(self, keys: list[int], plan: ReloadPlan, now: float) -> Actions:
+        """Prefill done: newly computed blocks enter DRAM, SSD hits may be promoted.
+
+        DRAM evictions run admission (write-before-reclaim); then prewrite examines the
+        eviction end of DRAM; finally stale metadata is reclaimed.
+        """
+        self._tick(now)
+        acts = Actions()
+        nodes = self.metadata.nodes
+        dram = self.dram
+        sizes = self._sizes
+        decide = self.sequencer.insert if self.admission.writes_ssd else None
+        view, floors = self.view, self._floors
+        dram_cap = dram.capacity_tokens
+        self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        n_hit = plan.n_blocks
+        for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
+            node = nodes.get(k)
+            if node is None:  # reclaimed while the request ran; it is recomputed as new
+                continue
+            if node.fa_loc & DRAM:
+                dram.access(k)
+                continue
+            tokens, nbytes = sizes[node.ck_loc >= 0]  # _size, inline: once per computed block
+            if tokens <= dram_cap:  # else (e.g. GDS-only) it passes from HBM straight to admission
+                if dram.used_tokens + tokens > dram_cap:
+                    self._evict_dram(tokens, acts)
+                dram.insert(k, tokens, nbytes)
+                node.fa_loc |= DRAM
+                if node.ck_loc >= 0:
+                    node.ck_loc |= DRAM
+            if decide is not None and not node.fa_loc & SSD:
+                r_min, e_min, ck_min = floors.get(_INSERT) or self._write_floor(_INSERT)
+                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+                    chain = decide(view, k, node, hbm)
+                    if chain:
+                        self._execute(chain, _INSERT, acts)
+        if n_hit:
+            self._refresh_prefix(keys, n_hit)
+        if plan.uses_ssd and self.promotion.r_eff > 0:
+            self._promote(keys, plan, now, acts)
+        if self._prewrite:
+            self._prewrite_scan(acts)
+        self._hbm = ()
+        self.metadata.reclaim(now)
+        return acts
+
+    # ------------------------------------------------------------- internals
+    def _tick(self, now: float) -> None:
+        """The clock moved: time-driven admission (budget) may retune, so the write floors go."""
+        self.admission.on_clock(now)
+        self._floors.clear()
+
+    def _write_floor(self, event: AdmissionEvent) -> tuple[float, float, int]:
+        """The sequencer's ``write_floor`` for ``event`` as ``(R, E, ck)``: it may write a node only
+        if ``(node.R >= R or node.E >= E) and node.ck_loc >= ck``. Read ``self._floors`` first:
+        this refills it after a write or a clock tick cleared it."""
+        r_min, e_min, ckpt_only = self.sequencer.write_floor(self.view, event)
+        floor = self._floors[event] = (r_min, e_min, 0 if ckpt_only else NO_CHECKPOINT)
+        return floor
+
+    def _size(self, node: ContextNode) -> tuple[int, int]:
+        """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
+        return self._sizes[node.ck_loc >= 0]
+
+    def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
+        """Make the reused prefix more recent than the blocks computed after it.
+
+        A radix cache evicts leaves first: a prefix's tail goes before its head, since a
+        missing head makes everything behind it unusable. Touching deepest-first keeps that
+        order in a flat LRU (the head ends up most recent).
+        """
+        self.dram.access_resident(keys[n_hit - 1 :: -1])
+
+    def _execute(self, chain: list[int] | None, event: AdmissionEvent, acts: Actions,
+                 pinned: Collection[int] = frozenset()) -> bool:
+        """Write a chain the sequencer decided (the node, then the ancestors it closes over); True if
+        the node was written. A chain whose SSD room runs out stops there: ancestors written so far
+        stay (``_write``)."""
+        if not chain:
+            return False
+        nodes = self.metadata.nodes
+        if len(chain) == 1:
+            return self._write(chain[0], nodes[chain[0]], acts, event, pinned)
+        pin = set(pinned)
+        pin.update(chain)  # the chain's own prefix is never a victim of its writes
+        for i, k in enumerate(chain):
+            if not self._write(k, nodes[k], acts, event if i == 0 else _CLOSURE, pin):
+                return i > 0
+        return True
+
+    def _write(
+        self, key: int, node: ContextNode, acts: Actions, event: AdmissionEvent, pinned: Collection[int] = frozenset()
+    ) -> bool:
+        """Persist a node (from DRAM, or HBM right after prefill) to SSD, evicting SSD LRU nodes for room.
+
+        ``pinned`` SSD blocks are being read by the current request (or are this write's own
+        prefix) and are never victims; when only they are left, the write is skipped (False).
+        """
+        ssd = self.ssd
+        tokens, nbytes = self._size(node)
+        if tokens > ssd.capacity_tokens:
+            return False
+        nodes = self.metadata.nodes
+        seq = self.sequencer
+        while ssd.free_tokens < tokens:
+            victim = self.ssd_order.victim(pinned)
+            if victim is None:
+                return False
+            vn = nodes[victim]
+            if ssd.unread(victim):
+                self.stats.ssd_evicted_unread += 1
+            seq.ssd_lost(vn)
+            ssd.remove(victim)
+            vn.fa_loc &= ~SSD
+            if vn.ck_loc >= 0:
+                vn.ck_loc &= ~SSD
+            acts.ssd_evictions.append(victim)
+        if self.on_write is not None:
+            pn = nodes.get(node.parent)
+            self.on_write(key, node, event, pn is not None and bool(pn.fa_loc & SSD))
+        ssd.insert(key, tokens, nbytes)
+        node.fa_loc |= SSD
+        if node.ck_loc >= 0:
+            node.ck_loc |= SSD
+        acts.ssd_writes.append(key)
+        seq.written(event, nbytes)
+        if self.admission.retunes_on_write:
+            self._floors.clear()  # the write may have moved the thresholds
+        counter = _WRITES_BY_EVENT[event]
+        setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        return True
+
+    def _evict_dram(self, need_tokens: int, acts: Actions) -> None:
+        """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim.
+
+        The sequencer decides with this eviction counted; the eviction is counted (``E += 1``) before
+        the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim).
+        Most victims are on SSD already or below the sequencer's floor (``_write_floor``): they are
+        reclaimed without asking it, so an eviction costs few Python calls."""
+        dram = self.dram
+        nodes = self.metadata.nodes
+        seq, view, hbm, floors = self.sequencer, self.view, self._hbm, self._floors
+        max_used = dram.capacity_tokens - need_tokens  # at most this many used tokens leave room
+        evicted = acts.dram_evictions
+        n_before = len(evicted)
+        while dram.used_tokens > max_used and dram.used_tokens:  # entries are never 0 tokens
+            k = dram.victim()
+            node = nodes[k]
+            chain = None
+            if not node.fa_loc & SSD:
+                r_min, e_min, ck_min = floors.get(_EVICT) or self._write_floor(_EVICT)
+                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+                    chain = seq.evict(view, k, node, hbm)
+            node.E += 1
+            if chain:
+                self._execute(chain, _EVICT, acts)
+            dram.remove(k)
+            node.fa_loc &= ~DRAM
+            if node.ck_loc >= 0:
+                node.ck_loc &= ~DRAM
+            evicted.append(k)
+        self.stats.dram_evictions += len(evicted) - n_before
+
+    def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
+        """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
+        nodes = self.metadata.nodes
+        prefix = keys[: plan.n_blocks]
+        # FA locations now (0: reclaimed while the request ran); C calls count and select them
+        locs = bytes([node.fa_loc for node in map(nodes.get, prefix, repeat(_GONE))])
+        in_dram = locs.count(DRAM) + locs.count(DRAM | SSD)
+        candidates = list(compress(prefix, locs.translate(_SSD_ONLY)))  # SSD hits not in DRAM, head first
+        # promotion chooses among the first ``target_blocks`` only (its own cut): size just those
+        candidates = candidates[: self.promotion.target_blocks(plan.n_blocks, in_dram, len(candidates))]
+        if not candidates:
+            return
+        dram = self.dram
+        if self.hybrid:
+            sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+        else:  # no node carries a checkpoint
+            sizes = [self.block_tokens] * len(candidates)
+        # DRAM's eviction end, read lazily (promotion's rule decides, as for SGLang's host leaves)
+        head = ((nodes[k], bool(nodes[k].fa_loc & SSD), dram.size_of(k)[0]) for k in dram.victims())
+        n = self.promotion.promotion_set(now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head, self.robust)
+        for k in reversed(candidates[:n]):  # deepest first, as everywhere (head most recent)
+            node = nodes[k]
+            tokens, nbytes = self._size(node)
+            if self.dram.free_tokens < tokens:
+                self._evict_dram(tokens, acts)
+            self.dram.insert(k, tokens, nbytes)
+            node.fa_loc |= DRAM
+            if node.ck_loc >= 0:
+                node.ck_loc |= DRAM
+            acts.promotions.append(k)
+            self.stats.promoted_blocks += 1
+
+    def _prewrite_scan(self, acts: Actions) -> None:
+        """Start writes for LRU-end DRAM nodes that would qualify at their next eviction (each
+        written before the next is decided)."""
+        keys = list(islice(self.dram.victims(), self._prewrite_depth))
+        head = zip(keys, map(self.metadata.nodes.__getitem__, keys))
+        for chain in self.sequencer.prewrite(self.view, head, self._hbm):
+            self._execute(chain, _PREWRITE, acts)

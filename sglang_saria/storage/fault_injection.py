@@ -1,0 +1,76 @@
+"""Test-only faults, configured by the test, never by the environment.
+
+As SGLang's ``HiCacheStorageFailureInjector`` wraps a storage backend, an injector here wraps
+the store's I/O engine, so the store's own code holds no test hook. A test names one in the
+extra config (``StoreConfig.fault_injector``), with its arguments::
+
+    "fault_injector": {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": 1.0}
+
+or passes an instance in ``StoreConfig(fault_injector=ReadDelay(1.0))``. Never set one in production.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+from sglang_saria.storage.buffers import Segment
+from sglang_saria.storage.io_engine import IOEngine
+from sglang_saria.units import ConfigError
+
+
+class FaultInjector(ABC):
+    """A fault the store's engine runs; the store applies ``wrap`` to its engine when it opens."""
+
+    @abstractmethod
+    def wrap(self, engine: IOEngine) -> IOEngine:
+        """The engine with the fault in it."""
+
+
+@dataclass(frozen=True)
+class ReadDelay(FaultInjector):
+    """Every read the engine does sleeps ``read_delay_s`` first, on the store's read thread (one
+    read per object and data dir it is striped over), so a test can hold a reload in flight
+    (tests/e2e/test_async_reload.py) or stand for a slow drive (scripts/bench_serving.py)."""
+
+    read_delay_s: float
+
+    def __post_init__(self) -> None:
+        v = self.read_delay_s
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and math.isfinite(v)):
+            raise ConfigError(f"saria store config: fault_injector.read_delay_s={v!r}: must be a non-negative "
+                              "number of seconds (test-only)")
+
+    def wrap(self, engine: IOEngine) -> IOEngine:
+        return DelayedReads(engine, float(self.read_delay_s))
+
+
+class DelayedReads(IOEngine):
+    """``engine`` whose reads start ``delay_s`` late (``ReadDelay``)."""
+
+    def __init__(self, engine: IOEngine, delay_s: float) -> None:
+        self.inner = engine
+        self.delay_s = delay_s
+        self.name = engine.name
+
+    def open(self, paths: Sequence[str], o_direct: str) -> None:
+        self.inner.open(paths, o_direct)
+
+    def read(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
+        time.sleep(self.delay_s)
+        return self.inner.read(dir_idx, offset, segs)
+
+    def write(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
+        return self.inner.write(dir_idx, offset, segs)
+
+    def sync(self, dir_idx: int) -> None:
+        self.inner.sync(dir_idx)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def direct(self, dir_idx: int) -> bool:
+        return self.inner.direct(dir_idx)

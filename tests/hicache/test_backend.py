@@ -1,0 +1,132 @@
+"""The `saria` HiCache backend through SGLang's own host pool objects, on CPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from tests.hicache.sglang_pools import PAGE, fill_random, mamba_host_pool, mha_host_pool, pages, storage_config
+
+warnings.filterwarnings("ignore", category=UserWarning)
+from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
+    PoolHitPolicy,
+    PoolName,
+    PoolTransfer,
+)
+
+from sglang_saria.hicache.backend import SariaStorage  # noqa: E402
+
+
+def page_bytes(pool, index: int) -> torch.Tensor:
+    return pool.get_data_page(index, flat=True).view(torch.uint8).clone()
+
+
+@pytest.fixture
+def extra(tmp_path):
+    return {"data_dirs": [str(tmp_path / "nvme0"), str(tmp_path / "nvme1")], "capacity": "32MiB"}
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
+def test_v1_zero_copy_round_trip_through_mha_host_pool(extra, layout):
+    pool = mha_host_pool(layout)
+    fill_random(pool.get_hybrid_pool_buffer())
+    backend = SariaStorage(storage_config(extra), pool)
+    assert backend._views["kv"].zero_copy
+    keys = [f"h{i}" for i in range(6)]
+    src = pages(pool, 1, 6)
+    originals = [page_bytes(pool, int(i)) for i in src[::PAGE]]
+    assert backend.batch_set_v1(keys, src) == [True] * 6
+    assert backend.batch_exists(keys + ["nope"]) == 6
+
+    dst = pages(pool, 20, 6)
+    assert backend.batch_get_v1(keys, dst) == [True] * 6
+    for orig, i in zip(originals, dst[::PAGE]):
+        assert torch.equal(page_bytes(pool, int(i)), orig)
+
+    # SGLang's generic path (flat dummy pages + set_from_flat_data_page) reads the same bytes.
+    flats = [pool.get_dummy_flat_data_page() for _ in keys]
+    got = backend.batch_get(keys, flats)
+    for orig, flat in zip(originals, got):
+        assert flat is not None and torch.equal(flat.view(torch.uint8), orig)
+    stats = backend.get_stats()
+    assert stats.backup_pgs == [6] and stats.prefetch_pgs == [6]
+    backend.close()
+
+    # Restart: a new backend on the same dirs serves the pages.
+    again = SariaStorage(storage_config(extra), pool)
+    assert again.batch_exists(keys) == 6
+    assert again.batch_get_v1(keys[:1], pages(pool, 40, 1)) == [True]
+    assert torch.equal(page_bytes(pool, 40 * PAGE), originals[0])
+    again.close()
+
+
+def test_legacy_set_get_and_wrong_size_page(extra):
+    pool = mha_host_pool("page_first")
+    fill_random(pool.get_hybrid_pool_buffer())
+    backend = SariaStorage(storage_config(extra), pool)
+    page = pool.get_data_page(PAGE, flat=True)
+    assert backend.set("p", page)
+    out = pool.get_dummy_flat_data_page()
+    assert backend.get("p", out) is out and torch.equal(out.view(torch.uint8), page.view(torch.uint8))
+    assert backend.get("p", torch.zeros(10, dtype=torch.bfloat16)) is None  # wrong size: miss
+    assert backend.batch_set(["q", "r"], [page, page])
+    assert backend.batch_get_v1(["p"], torch.arange(5)) == [False]  # index count mismatch
+    backend.close()
+
+
+def test_mamba_sidecar_through_v2_pool_transfers(extra):
+    kv_pool = mha_host_pool("page_first")
+    mamba = mamba_host_pool()
+    fill_random(kv_pool.get_hybrid_pool_buffer())
+    fill_random(mamba.get_hybrid_pool_buffer())
+    backend = SariaStorage(storage_config(extra), kv_pool)
+    backend.register_mem_host_pool_v2(mamba, PoolName.MAMBA)
+    assert backend._views[str(PoolName.MAMBA)].zero_copy
+    keys = [f"m{i}" for i in range(4)]
+    assert backend.batch_set_v1(keys, pages(kv_pool, 1, 4)) == [True] * 4
+    # A Mamba checkpoint only for the last page (trailing-pages policy).
+    tail = PoolTransfer(name=PoolName.MAMBA, host_indices=torch.tensor([2]), keys=keys[-1:])
+    saved = page_bytes(mamba, 2)
+    assert backend.batch_set_v2([tail]) == {PoolName.MAMBA: [True]}
+
+    query = PoolTransfer(name=PoolName.MAMBA, keys=keys[-1:], hit_policy=PoolHitPolicy.TRAILING_PAGES)
+    hit = backend.batch_exists_v2(keys, [query])
+    assert hit.kv_hit_pages == 4 and hit.restorable_prefix_pages == [4]
+    assert hit.extra_pool_hit_pages[PoolName.MAMBA] == 4
+    # Without the checkpoint the prefix is not restorable at 4 pages.
+    other = PoolTransfer(name=PoolName.MAMBA, keys=keys[:1], hit_policy=PoolHitPolicy.ALL_PAGES)
+    assert backend.batch_exists_v2(keys, [other]).kv_hit_pages == 0
+
+    load = PoolTransfer(name=PoolName.MAMBA, host_indices=torch.tensor([6]), keys=keys[-1:])
+    assert backend.batch_get_v2([load]) == {PoolName.MAMBA: [True]}
+    assert torch.equal(page_bytes(mamba, 6), saved)
+    backend.close()
+
+
+def test_store_evictions_reach_listeners_as_page_hashes(extra, tmp_path):
+    pool = mha_host_pool("page_first")
+    fill_random(pool.get_hybrid_pool_buffer())
+    small = {**extra, "capacity": str(4 * 16 * 1024)}  # room for 4 pages of 16 KiB
+    backend = SariaStorage(storage_config(small), pool)
+    seen = []
+    backend.add_evict_listener(seen.extend)
+    keys = [f"{i:04x}" for i in range(6)]
+    assert backend.batch_set_v1(keys, pages(pool, 1, 6)) == [True] * 6
+    # Two write threads commit concurrently, so which two pages were least recent is not fixed.
+    assert len(seen) == 2 and all(pool_name == "kv" for _, pool_name in seen)
+    evicted = {key for key, _ in seen}
+    assert evicted < set(keys)
+    assert [backend.exists(k) for k in keys] == [k not in evicted for k in keys]
+    assert backend.split_storage_key(backend.storage_key("ab12", "mamba")) == ("ab12", "mamba")
+    backend.close()
+
+
+def test_extra_config_unknown_key_is_named_policy_keys_accepted(extra):
+    with pytest.raises(ValueError, match="'capacty'"):
+        SariaStorage(storage_config({**extra, "capacty": "1GiB"}))
+    backend = SariaStorage(storage_config({**extra, "admission": "combined:E2R8", "interface_v1": 1}))
+    assert backend.policy_config.admission.policy == "combined:E2R8"
+    assert backend.store is None  # opened when SGLang registers the host pool
+    backend.close()

@@ -1,0 +1,58 @@
+"""Paper 4.3: unified metadata outlives residency; sliding-window reclamation."""
+
+from sglang_saria.mem_cache.metadata import DRAM, FA_BLOCK, GDN_CHECKPOINT, NO_CHECKPOINT, SSD, ContextMetadata
+
+from tests.mem_cache.helpers import make_core, run_request
+
+
+def test_R_counts_each_request_after_first_computation_hit_or_recompute():
+    md = ContextMetadata(4, None, 100.0)
+    md.record_use([1, 2], 0.0)
+    assert md.get(1).R == 0
+    md.record_use([1, 2, 3], 1.0)
+    md.record_use([1], 2.0)
+    assert (md.get(1).R, md.get(2).R, md.get(3).R) == (2, 1, 0)
+    assert md.get(1).t_reuse == 2.0
+
+
+def test_record_use_reports_keys_reaching_theta_R_once():
+    md = ContextMetadata(4, None, 100.0)
+    md.record_use([1, 2], 0.0, r_watch=2)
+    assert md.record_use([1, 2], 1.0, r_watch=2) == []
+    assert md.record_use([1], 2.0, r_watch=2) == [1]
+    assert md.record_use([1, 2], 3.0, r_watch=2) == [2]
+
+
+def test_checkpoint_objects_only_on_boundaries():
+    md = ContextMetadata(4, 8, 100.0)  # checkpoint every 2 blocks
+    md.record_use([1, 2, 3, 4], 0.0)
+    assert [md.get(k).ck_loc for k in (1, 2, 3, 4)] == [NO_CHECKPOINT, 0, NO_CHECKPOINT, 0]
+    md.set_location(2, GDN_CHECKPOINT, SSD, True)
+    md.set_location(2, FA_BLOCK, DRAM, True)
+    assert md.get(2).ck_loc == SSD and md.get(2).fa_loc == DRAM
+
+
+def test_metadata_reclaimed_only_after_window_without_use_and_no_tier_holding_it():
+    core = make_core("none", window_s=100.0)
+    run_request(core, [1], 0.0)
+    run_request(core, [10, 11, 12, 13], 50.0)  # evicts 1: no tier holds it now
+    assert core.metadata.get(1) is not None and core.metadata.get(1).E == 1
+    run_request(core, [10, 11, 12, 13], 99.0)
+    assert core.metadata.get(1) is not None  # still within the window
+    run_request(core, [10, 11, 12, 13], 101.0)
+    assert core.metadata.get(1) is None  # a whole window without reuse, no location
+    assert core.metadata.get(10) is not None
+    # held by DRAM but stale: kept until no tier holds it
+    run_request(core, [10, 11, 12, 13], 500.0)
+    core.metadata.reclaim(10_000.0)
+    assert core.metadata.get(10) is not None
+
+
+def test_reclaimed_block_returns_as_new_with_fresh_counters():
+    core = make_core("none", window_s=10.0)
+    run_request(core, [1], 0.0)
+    run_request(core, [10, 11, 12, 13], 1.0)
+    run_request(core, [20, 21, 22, 23], 20.0)
+    assert core.metadata.get(1) is None
+    run_request(core, [1], 30.0)
+    assert core.metadata.get(1).R == 0 and core.metadata.get(1).E == 0

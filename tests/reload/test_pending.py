@@ -1,0 +1,279 @@
+"""The pending-reload state machine (reload/pending.py) without SGLang: a fake adapter holds
+the device pool, the locks and the ranks; jobs are finished by hand, as the worker would."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import pytest
+import torch
+
+from sglang_saria.mem_cache.metadata import SSD
+from sglang_saria.reload.pending import PendingReload, PendingReloads, reload_job
+from sglang_saria.reload.plan import PageObjects, plan_pages
+from sglang_saria.reload.worker import ReloadJob
+
+PAGE = 4
+PAGE_BYTES = 64
+
+
+@dataclass
+class Request:
+    rid: str
+
+
+@dataclass
+class FakeHost:
+    """SGLang's side: ``free`` device slots and ``states`` mamba slots, locks, ranks, a clock."""
+
+    free: int = 64
+    states: int = 2
+    clock: float = 0.0
+    loading_anchors: set = field(default_factory=set)
+    peer_done: bool = True  # the other ranks have finished too
+    next_slot: int = 0
+    submitted: list[ReloadJob] = field(default_factory=list)
+    published: list[str] = field(default_factory=list)
+    freed_slots: int = 0
+    freed_states: int = 0
+    unlocked: list[str] = field(default_factory=list)
+
+    def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
+        need_state = pending.state_key is not None
+        if tokens > self.free or (need_state and not self.states):
+            return None
+        self.free -= tokens
+        slots = torch.arange(self.next_slot, self.next_slot + tokens)
+        self.next_slot += tokens
+        pending.path_lock = "path"
+        if need_state:
+            self.states -= 1
+            pending.state_slot = torch.tensor([7])
+        return slots
+
+    def submit_reload(self, pending: PendingReload, slots: torch.Tensor) -> ReloadJob:
+        job = reload_job(pending, slots, PAGE, PAGE_BYTES)
+        self.submitted.append(job)
+        return job
+
+    def publish_reload(self, pending: PendingReload) -> None:
+        landed = (pending.tail_dram_pages + pending.job.pages) * PAGE
+        self.free_reload_slots(pending.job.slots[landed:])
+        self.published.append(pending.rid)
+
+    def free_reload_slots(self, slots: torch.Tensor) -> None:
+        self.free += slots.numel()
+        self.freed_slots += slots.numel()
+
+    def free_reload_state(self, slot: torch.Tensor) -> None:
+        self.states += 1
+        self.freed_states += 1
+
+    def unlock_reload(self, pending: PendingReload) -> None:
+        self.unlocked.append(pending.rid)
+
+    def reload_loading(self, pending: PendingReload) -> bool:
+        return pending.anchor in self.loading_anchors
+
+    def all_ranks_done(self, done: list[bool]) -> list[bool]:
+        return [d and self.peer_done for d in done]
+
+    def step_clock(self) -> float:
+        return self.clock
+
+
+@dataclass
+class Metrics:
+    fallbacks: list[str] = field(default_factory=list)
+    inflight: list[int] = field(default_factory=list)
+
+    def reload_fallback(self, reason: str) -> None:
+        self.fallbacks.append(reason)
+
+    def reload_inflight(self, tokens: int) -> None:
+        self.inflight.append(tokens)
+
+
+def pending(rid: str, pages: int, deadline: float = 10.0, state: bool = False) -> PendingReload:
+    objects = [PageObjects(i, SSD) for i in range(pages)]
+    return PendingReload(
+        request=Request(rid), anchor=f"node-{rid}", key=None, start=0, host_tokens=0,
+        page_hashes=[f"{rid}-{i}" for i in range(pages)], plan=plan_pages(objects, "saria", hybrid=False),
+        host_lock="host", deadline=deadline, state_key=f"{rid}-{pages - 1}" if state else None,
+    )
+
+
+def finish(job: ReloadJob, pages: Optional[int] = None, reason: str = "", state_loaded: bool = False) -> None:
+    """What the worker writes when a job ends."""
+    job.pages = len(job.page_hashes) if pages is None else pages
+    job.reason, job.state_loaded = reason, state_loaded
+    job._done.set()
+
+
+def run_to_end(reloads: PendingReloads, host: FakeHost, p: PendingReload, **ended) -> ReloadJob:
+    """``p`` tracked and started, its job ended as ``ended`` says (`finish`), then one step."""
+    reloads.track(p)
+    reloads.start_deferred(cap=1000)
+    job = host.submitted[-1]
+    finish(job, **ended)
+    reloads.advance("wait_complete")
+    return job
+
+
+@pytest.fixture
+def machine() -> tuple[PendingReloads, FakeHost, Metrics]:
+    host, metrics = FakeHost(), Metrics()
+    return PendingReloads(host, metrics, PAGE), host, metrics
+
+
+def test_a_reload_is_claimed_then_advanced_then_published(machine):
+    reloads, host, metrics = machine
+    reloads.track(pending("a", 3))
+    assert "a" in reloads and reloads.inflight_tokens == 0  # nothing held before the next step
+    reloads.start_deferred(cap=1000)
+    (job,) = host.submitted
+    assert job.page_hashes == ["a-0", "a-1", "a-2"] and reloads.inflight_tokens == 12 and host.free == 52
+    reloads.advance("wait_complete")
+    assert "a" in reloads and host.published == []  # the worker is still reading
+    finish(job)
+    reloads.advance("wait_complete")
+    assert host.published == ["a"] and "a" not in reloads
+    assert reloads.inflight_tokens == 0 and metrics.inflight[-1] == 0 and metrics.fallbacks == []
+
+
+def test_a_partial_load_publishes_its_leading_pages_and_frees_the_rest(machine):
+    reloads, host, _ = machine
+    run_to_end(reloads, host, pending("a", 4), pages=1, reason="io_error")
+    assert host.published == ["a"] and host.freed_slots == 3 * PAGE and host.free == 60
+
+
+def test_a_load_with_no_page_is_released_with_the_stores_reason(machine):
+    reloads, host, metrics = machine
+    run_to_end(reloads, host, pending("a", 2), pages=0, reason="corrupt")
+    assert host.published == [] and metrics.fallbacks == ["store_corrupt"]
+    assert host.free == 64 and host.unlocked == ["a"] and reloads.inflight_tokens == 0
+
+
+def test_a_release_while_the_worker_runs_is_abandoned_until_its_job_ends(machine):
+    reloads, host, metrics = machine
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=1000)
+    job = host.submitted[0]
+    reloads.abort("a")
+    assert job.stopping and metrics.fallbacks == ["aborted"] and "a" not in reloads
+    reloads.reap()
+    assert host.freed_slots == 0 and host.unlocked == [] and reloads.inflight_tokens == 8  # the worker may still write
+    finish(job, pages=1, reason="stopped")
+    reloads.reap()
+    assert host.freed_slots == 8 and host.unlocked == ["a"] and reloads.inflight_tokens == 0 and not reloads.abandoned
+
+
+def test_the_in_flight_cap_holds_a_second_reload_back_in_arrival_order(machine):
+    reloads, host, _ = machine
+    for rid in ("a", "b", "c"):
+        reloads.track(pending(rid, 2))
+    reloads.start_deferred(cap=8)
+    assert [j.rid for j in host.submitted] == ["a"] and reloads.deferred == ["b", "c"]
+    finish(host.submitted[0])
+    reloads.advance("wait_complete")
+    reloads.start_deferred(cap=8)
+    assert [j.rid for j in host.submitted] == ["a", "b"] and reloads.deferred == ["c"]
+
+
+def test_a_reload_larger_than_the_cap_still_starts_when_nothing_else_is_in_flight(machine):
+    reloads, host, _ = machine
+    reloads.track(pending("a", 5))
+    reloads.start_deferred(cap=8)
+    assert [j.rid for j in host.submitted] == ["a"] and reloads.inflight_tokens == 20
+
+
+def test_a_reload_the_pool_cannot_take_waits_until_its_deadline_then_recomputes(machine):
+    reloads, host, metrics = machine
+    host.free = 4
+    reloads.track(pending("a", 2, deadline=5.0))
+    reloads.start_deferred(cap=1000)
+    assert reloads.deferred == ["a"] and metrics.fallbacks == []
+    host.clock = 6.0
+    reloads.start_deferred(cap=1000)
+    assert "a" not in reloads and metrics.fallbacks == ["device_memory"]
+    assert host.unlocked == ["a"] and host.freed_slots == 0 and host.submitted == []
+
+
+def test_best_effort_cuts_every_reload_at_its_first_step(machine):
+    reloads, host, metrics = machine
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=8)
+    reloads.track(pending("b", 2))  # held back by the cap
+    reloads.advance("best_effort")
+    assert host.submitted[0].stopping
+    assert "b" not in reloads and reloads.deferred == [] and metrics.fallbacks == ["policy_best_effort"]
+    finish(host.submitted[0], pages=1, reason="stopped")
+    reloads.advance("best_effort")
+    assert host.published == ["a"]  # its leading page (the adapter reports the partial load)
+
+
+def test_timeout_cuts_a_reload_only_past_its_deadline(machine):
+    reloads, host, _ = machine
+    reloads.track(pending("a", 2, deadline=5.0))
+    reloads.start_deferred(cap=1000)
+    reloads.advance("timeout")
+    assert not host.submitted[0].stopping
+    host.clock = 5.5
+    reloads.advance("timeout")
+    assert host.submitted[0].stopping
+
+
+def test_a_reload_is_published_only_once_every_rank_and_the_dram_part_are_done(machine):
+    reloads, host, _ = machine
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=1000)
+    finish(host.submitted[0])
+    host.peer_done, host.loading_anchors = False, {"node-a"}
+    reloads.advance("wait_complete")
+    host.peer_done = True
+    reloads.advance("wait_complete")
+    assert host.published == []  # HiCache's host -> device copy of the DRAM part is not acked yet
+    host.loading_anchors = set()
+    reloads.advance("wait_complete")
+    assert host.published == ["a"]
+
+
+def test_a_hybrid_reload_without_its_state_publishes_nothing(machine):
+    reloads, host, metrics = machine
+    job = run_to_end(reloads, host, pending("a", 2, state=True), state_loaded=False)
+    assert job.state.key == "a-1" and host.states == 2
+    assert host.published == [] and metrics.fallbacks == ["state"]
+    assert reloads.inflight_states == 0 and host.freed_states == 1 and host.states == 2
+
+
+def test_a_hybrid_reload_with_its_state_hands_the_slot_to_the_tree(machine):
+    reloads, host, _ = machine
+    p = pending("a", 2, state=True)
+    run_to_end(reloads, host, p, state_loaded=True)
+    assert host.published == ["a"] and reloads.inflight_states == 0 and host.freed_states == 0
+    assert p.state_slot is None  # the boundary node's value now
+
+
+def test_reset_stops_and_waits_for_running_jobs_and_forgets_every_reload(machine):
+    reloads, host, metrics = machine
+    reloads.track(pending("a", 2, state=True))
+    reloads.track(pending("b", 2))
+    reloads.start_deferred(cap=8)
+    assert reloads.inflight_states == 1 and reloads.inflight_tokens == 8  # "b" waits for the cap
+    job = host.submitted[0]
+    finish(job, pages=1, reason="stopped")  # the worker ends it once asked to stop
+    reloads.reset()
+    assert job.stopping and "a" not in reloads and reloads.deferred == []
+    assert reloads.inflight_tokens == 0 and reloads.inflight_states == 0 and metrics.inflight[-1] == 0
+
+
+def test_the_job_gathers_tail_dram_pages_before_its_ssd_pages():
+    p = pending("a", 3)
+    p.tail_dram_pages, p.host_tokens = 1, 8
+    p.tail_host_slots = torch.arange(100, 100 + PAGE)
+    slots = torch.arange(3 * PAGE)
+    job = reload_job(p, slots, PAGE, PAGE_BYTES)
+    assert job.page_hashes == ["a-1", "a-2"] and torch.equal(job.ssd_slots, slots[PAGE:])
+    assert torch.equal(job.host_device_slots, slots[:PAGE]) and torch.equal(job.host_slots, p.tail_host_slots)
+    assert job.dram_bytes == (8 + PAGE) * (PAGE_BYTES // PAGE) and job.state is None
