@@ -36,11 +36,11 @@ from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.reload.host_pages import HostPageView
 from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.private import default_data_dir
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DATA_DIR = "/tmp/saria_hicache"
 # Sections of the policy config (sglang_saria.config.SariaConfig) in the same JSON. Its
 # `capacity` (replay tier sizes) is not one: SGLang sizes the pools and `capacity` is the store's.
 POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig)) - {"capacity"}
@@ -82,7 +82,7 @@ def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
 def configs_from_extra(extra: Optional[Dict[str, Any]]) -> tuple[StoreConfig, SariaConfig]:
     """The store's and the policy's config from the extra-config dict HiCache passes on."""
     store_config = StoreConfig.from_extra_config(
-        extra, SGLANG_EXTRA_KEYS | POLICY_KEYS, defaults={"data_dirs": [DEFAULT_DATA_DIR]}
+        extra, SGLANG_EXTRA_KEYS | POLICY_KEYS, defaults={"data_dirs": [default_data_dir()]}
     )
     return store_config, policy_config_from_extra(extra or {})
 

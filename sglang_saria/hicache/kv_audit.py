@@ -33,6 +33,8 @@ from typing import Any, Optional
 import torch
 import xxhash
 
+from sglang_saria.storage.private import open_private
+
 logger = logging.getLogger(__name__)
 
 AUDIT_ENV = "SGLANG_SARIA_AUDIT_KV"
@@ -126,10 +128,31 @@ class KVAudit:
         self._host: dict[tuple[str, int], int] = {}  # (pool, first host slot of the page) -> digest
         self._stored: dict[tuple[str, str], int] = {}  # (pool, page hash) -> digest
         self._log_path = Path(log_dir) / LOG_NAME if log_dir else None
+        self.bad_log_lines = 0  # torn or garbled lines of the log, ignored (a crash mid-append)
         if self._log_path is not None and self._log_path.exists():
-            for line in self._log_path.read_text().splitlines():
-                pool, page_hash, value = line.split()
-                self._stored[(pool, page_hash)] = int(value, 16)
+            self._read_log(self._log_path)
+
+    def _read_log(self, path: Path) -> None:
+        """Stored digests an earlier server appended. A line it did not finish (killed mid-append)
+        or cannot be parsed is ignored and counted, and a torn last line is cut off, so the next
+        append starts a line of its own: the audit checks less, never stops the server."""
+        fd = open_private(str(path), os.O_RDWR)
+        with os.fdopen(fd, "r+b") as log:
+            data = log.read()
+            complete = data.rfind(b"\n") + 1
+            bad = [] if complete == len(data) else [len(data[:complete].splitlines()) + 1]
+            for number, line in enumerate(data[:complete].splitlines(), 1):
+                record = _parse_log_line(line)
+                if record is None:
+                    bad.append(number)
+                else:
+                    self._stored[record[0]] = record[1]
+            if complete != len(data):
+                log.truncate(complete)
+        if bad:
+            self.bad_log_lines = len(bad)
+            logger.warning("saria KV audit: %s: %d torn or unreadable line(s) ignored (line %s); their pages are not audited",
+                           path, len(bad), ", ".join(map(str, bad[:5])))
 
     def _pages(self, pool: PoolRows, slots: torch.Tensor) -> list[torch.Tensor]:
         slots = slots.reshape(-1).to("cpu", torch.int64)
@@ -183,7 +206,7 @@ class KVAudit:
                 new.append(f"{pool_name} {page_hash} {value:016x}\n")
         if new and self._log_path is not None:
             try:
-                with open(self._log_path, "a") as log:
+                with os.fdopen(open_private(str(self._log_path), os.O_WRONLY | os.O_APPEND), "a") as log:
                     log.writelines(new)
             except OSError as e:  # the store's directory is gone: keep auditing in memory
                 logger.warning("saria KV audit: cannot append to %s (%s); a restart will not audit these pages", self._log_path, e)
@@ -206,6 +229,17 @@ class KVAudit:
         """After a direct store -> device read: the device pages equal the stored pages."""
         want = [self._stored.get((pool_name, h)) for h in page_hashes]
         self._report(SSD_TO_DEVICE, pool_name, list(page_hashes), self.digests(pool_name, device_slots, "device"), want)
+
+
+def _parse_log_line(line: bytes) -> Optional[tuple[tuple[str, str], int]]:
+    """``pool page_hash digest`` (16 hex digits) -> ((pool, page_hash), digest); None if garbled."""
+    parts = line.split()
+    if len(parts) != 3 or len(parts[2]) != 16:
+        return None
+    try:
+        return (parts[0].decode(), parts[1].decode()), int(parts[2], 16)
+    except ValueError:  # not hex, or not UTF-8
+        return None
 
 
 def install_transfer_audit(controller: Any, audit: KVAudit) -> None:

@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from sglang_saria.storage.index import HOUR_S, KEPT_HOURS, DeviceCounters
-from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, DriveRating
+from sglang_saria.storage.index import KEPT_HOURS, DeviceCounters
+from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, SECONDS_PER_HOUR, DriveRating
 
 MIN_OBSERVATION_S = 60.0  # avoid absurd rates from the first seconds of a store
 
@@ -48,7 +48,7 @@ class DeviceAccount:
             self._c.bytes_read += read
             if written:
                 hours = self._c.hours
-                hour = int((time.time() if now is None else now) // HOUR_S)
+                hour = int((time.time() if now is None else now) // SECONDS_PER_HOUR)
                 hours[hour] = hours.get(hour, 0) + written
                 if len(hours) > KEPT_HOURS:
                     for old in sorted(hours)[:-KEPT_HOURS]:

@@ -7,11 +7,16 @@ extra config (``StoreConfig.fault_injector``), with its arguments::
     "fault_injector": {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": 1.0}
 
 or passes an instance in ``StoreConfig(fault_injector=ReadDelay(1.0))``. Never set one in production.
+
+``ReadDelay``: every read sleeps first. ``FullDisk``: every write fails with ENOSPC until freed.
 """
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -48,19 +53,17 @@ class ReadDelay(FaultInjector):
         return DelayedReads(engine, float(self.read_delay_s))
 
 
-class DelayedReads(IOEngine):
-    """``engine`` whose reads start ``delay_s`` late (``ReadDelay``)."""
+class WrappedEngine(IOEngine):
+    """``engine`` itself; an injector's engine overrides the calls its fault is in."""
 
-    def __init__(self, engine: IOEngine, delay_s: float) -> None:
+    def __init__(self, engine: IOEngine) -> None:
         self.inner = engine
-        self.delay_s = delay_s
         self.name = engine.name
 
     def open(self, paths: Sequence[str], o_direct: str) -> None:
         self.inner.open(paths, o_direct)
 
     def read(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
-        time.sleep(self.delay_s)
         return self.inner.read(dir_idx, offset, segs)
 
     def write(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
@@ -74,3 +77,59 @@ class DelayedReads(IOEngine):
 
     def direct(self, dir_idx: int) -> bool:
         return self.inner.direct(dir_idx)
+
+
+class DelayedReads(WrappedEngine):
+    """``engine`` whose reads start ``delay_s`` late (``ReadDelay``)."""
+
+    def __init__(self, engine: IOEngine, delay_s: float) -> None:
+        super().__init__(engine)
+        self.delay_s = delay_s
+
+    def read(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
+        time.sleep(self.delay_s)
+        return self.inner.read(dir_idx, offset, segs)
+
+
+class FullDisk(FaultInjector):
+    """Every slab write fails with ENOSPC, as on a full file system, until ``free()``; counts the
+    writes the store tried while full (``refused``) and those that went through (``written``), so a
+    test sees whether the store kept writing into a full disk."""
+
+    def __init__(self, full: bool = True) -> None:
+        self._full = threading.Event()
+        if full:
+            self._full.set()
+        self._count_lock = threading.Lock()  # the store's write threads count concurrently
+        self.refused = 0
+        self.written = 0
+
+    def fill(self) -> None:
+        self._full.set()
+
+    def free(self) -> None:
+        self._full.clear()
+
+    @property
+    def full(self) -> bool:
+        return self._full.is_set()
+
+    def wrap(self, engine: IOEngine) -> IOEngine:
+        return _FullDiskWrites(engine, self)
+
+
+class _FullDiskWrites(WrappedEngine):
+    def __init__(self, engine: IOEngine, disk: FullDisk) -> None:
+        super().__init__(engine)
+        self.disk = disk
+
+    def write(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
+        full = self.disk.full
+        with self.disk._count_lock:
+            if full:
+                self.disk.refused += 1
+            else:
+                self.disk.written += 1
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.inner.write(dir_idx, offset, segs)

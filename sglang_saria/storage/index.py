@@ -21,6 +21,8 @@ import numpy as np
 
 from sglang_saria.digest import as_int64
 from sglang_saria.storage.layout import blob_to_slots, slots_to_blob
+from sglang_saria.storage.private import FILE_MODE, make_private
+from sglang_saria.units import SECONDS_PER_HOUR
 
 logger = logging.getLogger(__name__)
 _U64 = (1 << 64) - 1
@@ -45,7 +47,6 @@ class Entry:
     dead: bool = False  # removed while pinned: slots freed on last unpin
 
 
-HOUR_S = 3600.0
 KEPT_HOURS = 48  # hourly write totals kept: a write budget's day window plus a day of slack
 
 
@@ -63,7 +64,18 @@ class SQLiteIndex:
     def __init__(self, path: str, sync_writes: bool) -> None:
         self.path = path
         self._lock = threading.Lock()
+        make_private(path)
+        for companion in _COMPANIONS:  # left by an older release: narrowed like the database
+            if os.path.exists(path + companion):
+                os.chmod(path + companion, FILE_MODE)
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        try:
+            self._create(sync_writes)
+        except BaseException:  # e.g. not a database: the caller may move the file aside
+            self._db.close()
+            raise
+
+    def _create(self, sync_writes: bool) -> None:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if sync_writes else 'NORMAL'}")
         self._db.executescript(
@@ -199,12 +211,57 @@ class SQLiteIndex:
                     self._db.execute("DELETE FROM device_hours WHERE hour < ?", (oldest,))
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                # SQLite has rolled back already after some errors (SQLITE_FULL): a second
+                # ROLLBACK would raise and hide the cause.
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
+
+    def damage(self) -> Optional[str]:
+        """What SQLite's quick check finds wrong with the file (None: readable)."""
+        with self._lock:
+            rows = self._db.execute("PRAGMA quick_check").fetchall()
+        return None if rows == [("ok",)] else "; ".join(str(r[0]) for r in rows[:3])
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+# The files SQLite keeps beside the database: moved aside and made private with it.
+_COMPANIONS = ("-wal", "-shm", "-journal")
+_DAMAGED = (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+
+
+@dataclass(frozen=True)
+class MovedAside:
+    """An unreadable index the store set aside to start empty (it is a cache: nothing is lost
+    that a request cannot recompute)."""
+
+    path: str  # where the database file went
+    reason: str
+
+
+def open_index(path: str, sync_writes: bool) -> Tuple[SQLiteIndex, Optional[MovedAside]]:
+    """The index at ``path``; one SQLite cannot read (not a database, a corrupt page) is renamed
+    to ``<name>.damaged-<time>`` with its -wal/-shm, and an empty one takes its place."""
+    index = None
+    try:
+        index = SQLiteIndex(path, sync_writes)
+        reason = index.damage()
+    except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorcode", None) not in _DAMAGED:
+            raise
+        reason = str(e)
+    if reason is None:
+        return index, None
+    if index is not None:
+        index.close()
+    suffix = time.strftime(".damaged-%Y%m%dT%H%M%S")
+    for companion in ("",) + _COMPANIONS:
+        if os.path.exists(path + companion):
+            os.replace(path + companion, path + companion + suffix)
+    return SQLiteIndex(path, sync_writes), MovedAside(path + suffix, reason)
 
 
 def index_path(first_dir: str) -> str:

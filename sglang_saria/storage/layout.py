@@ -20,6 +20,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from sglang_saria.storage.config import ALIGN
+from sglang_saria.storage.private import open_private
 
 logger = logging.getLogger(__name__)
 
@@ -102,33 +103,33 @@ class SlabLayout:
         return out
 
 
-def prepare_dir(path: str) -> None:
-    """Create a data dir or fail with a message naming it."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"saria store: data dir {path!r} is not a directory")
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"saria store: data dir {path!r} cannot be created: {e.strerror}") from e
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"saria store: data dir {path!r} is not writable")
-
-
 def prepare_slab(path: str, nbytes: int, preallocate: bool) -> None:
-    """Create or grow a slab file; preallocation finds a full disk now, not mid-write."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    """Create or grow a slab file (0600); preallocation finds a full disk now, not mid-write.
+
+    The file system's free space is checked first: ``posix_fallocate`` of more than is free may
+    fill the disk (other users' files included) before it fails."""
+    if preallocate:
+        have = os.path.getsize(path) if os.path.exists(path) else 0
+        vfs = os.statvfs(os.path.dirname(path))
+        free, total = vfs.f_bavail * vfs.f_frsize, vfs.f_blocks * vfs.f_frsize
+        if nbytes - have > free:
+            raise ValueError(
+                f"saria store: data dir {os.path.dirname(path)!r}: capacity needs {nbytes - have} more bytes "
+                f"for {path!r} (a slab of {nbytes}) but its file system has {free} bytes free; "
+                f"lower capacity or free space"
+            )
+        if free - (nbytes - have) < total // 10:
+            logger.warning(
+                "saria store: preallocating %d bytes for %s leaves its file system under 10%% free",
+                nbytes - have,
+                path,
+            )
+    fd = open_private(path, os.O_RDWR)
     try:
         have = os.fstat(fd).st_size
         if have >= nbytes:
             return
         if preallocate:
-            usage = shutil.disk_usage(os.path.dirname(path))
-            if usage.free - (nbytes - have) < usage.total // 10:
-                logger.warning(
-                    "saria store: preallocating %d bytes for %s leaves its file system under 10%% free",
-                    nbytes - have,
-                    path,
-                )
             try:
                 os.posix_fallocate(fd, have, nbytes - have)
                 return

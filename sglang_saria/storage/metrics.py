@@ -39,6 +39,7 @@ class StoreMetrics:
     used_bytes: Gauge
     capacity_bytes: Gauge
     online: Gauge
+    disk_full: Gauge
     op_seconds: Histogram
 
 
@@ -84,7 +85,7 @@ def store_metrics() -> StoreMetrics:
                 ops=_get_or_create(
                     Counter,
                     "sglang:saria_store_ops_total",
-                    "Store operations by result",
+                    "Store operations by result (op=recover: damage found at start, result = what)",
                     ["store", "op", "result"],
                 ),
                 evictions=_get_or_create(
@@ -114,6 +115,13 @@ def store_metrics() -> StoreMetrics:
                     Gauge,
                     "sglang:saria_store_online",
                     "1 while the store serves; 0 once its data dir was removed while serving",
+                    store,
+                    multiprocess_mode="mostrecent",
+                ),
+                disk_full=_get_or_create(
+                    Gauge,
+                    "sglang:saria_store_disk_full",
+                    "1 while the store refuses puts after ENOSPC (retrying with back-off); reads go on",
                     store,
                     multiprocess_mode="mostrecent",
                 ),

@@ -7,6 +7,7 @@ with the reason), a get to a ``GetStatus``.
 from __future__ import annotations
 
 import errno
+import sqlite3
 import threading
 import time
 from concurrent.futures import Future
@@ -93,12 +94,18 @@ def xxh3(pieces: Sequence[Segment]) -> int:
     return h.intdigest()
 
 
+def is_enospc(err: BaseException) -> bool:
+    """A full file system: ENOSPC from a slab write, or SQLITE_FULL ("database or disk is full")
+    from an index commit."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    return isinstance(err, sqlite3.Error) and getattr(err, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
 def describe(err: BaseException) -> str:
     """A failure as the text of a result; a full device or index starts with ``ENOSPC:``."""
-    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-        return f"ENOSPC: {err}"
-    if "disk is full" in str(err):
-        return f"ENOSPC: index: {err}"
+    if is_enospc(err):
+        return f"ENOSPC: {err}" if isinstance(err, OSError) else f"ENOSPC: index: {err}"
     return f"{type(err).__name__}: {err}"
 
 

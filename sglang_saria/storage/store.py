@@ -24,6 +24,11 @@ open files would otherwise go on taking writes and serving reads of deleted file
 at the next start. Offline, the store drops its objects (the owner hears them as
 evictions), refuses puts with a counted result and misses every lookup, so requests
 recompute their prefixes; a restart with the directory back opens a fresh store.
+
+Damage found at start never stops it either (it is a cache): an unreadable index is moved
+aside, objects past the end of a truncated slab are dropped, an index missing beside a used
+slab is reported; each is one warning and counted (``op="recover"``). A full file system is
+``writes.DiskFull``. Its files are private to this user (``private.py``).
 """
 
 from __future__ import annotations
@@ -41,12 +46,14 @@ from sglang_saria.storage.buffers import ScatterList, as_segments, total_bytes
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
 from sglang_saria.storage.engine import select_engine
-from sglang_saria.storage.index import HOUR_S, DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims
+from sglang_saria.storage.index import DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims, open_index
 from sglang_saria.storage.io_engine import IOEngine
-from sglang_saria.storage.layout import SlabLayout, SubIO, block_device_name, prepare_dir, prepare_slab
+from sglang_saria.storage.layout import SlabLayout, SubIO, block_device_name, prepare_slab
 from sglang_saria.storage.metrics import store_metrics
+from sglang_saria.storage.private import prepare_private_dir
 from sglang_saria.storage.results import GetStatus, ObjectOp, StoreStats, describe, resolved, xxh3
-from sglang_saria.storage.writes import WritePath
+from sglang_saria.storage.writes import DiskFull, WritePath
+from sglang_saria.units import SECONDS_PER_HOUR
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +103,12 @@ class SariaStore(WritePath):
         self.name = name or os.path.abspath(config.data_dirs[0])
         self.on_evict = on_evict
         dirs = tuple(os.path.abspath(d) for d in config.data_dirs)
-        self._open_files(dirs, bytes_per_token, default_slot_bytes, engine)
         self._metrics = store_metrics()
         self._counts: Dict[str, int] = {}
         self._counts_lock = threading.Lock()
+        self._open_files(dirs, bytes_per_token, default_slot_bytes, engine)
         self._lock = threading.Lock()
+        self._disk_full = DiskFull()
         self._entries: Dict[str, Entry] = {}  # key -> committed object; victims: self.order
         self._inflight: Dict[str, Future] = {}
         self._pending_deletes: List[str] = []
@@ -128,14 +136,17 @@ class SariaStore(WritePath):
         """Data dirs, slab files, the index and the engine (wrapped by a test's fault injector)."""
         config = self.config
         for d in dirs:
-            prepare_dir(d)
+            prepare_private_dir(d)
         slot_bytes = SlabLayout.round_slot_bytes(config.slot_bytes or default_slot_bytes, len(dirs))
         capacity = config.capacity.resolve(bytes_per_token)
         if config.capacity.bytes == DEFAULT_CAPACITY_BYTES:
             logger.info("saria store: capacity %d bytes (the default; set 'capacity' to change)", capacity)
         self.layout = SlabLayout(dirs, slot_bytes, capacity // slot_bytes)
         self.capacity_bytes = self.layout.nslots * slot_bytes
-        self._index = SQLiteIndex(index_path(dirs[0]), config.sync_writes)
+        slabs = [self.layout.slab_path(j) for j in range(len(dirs))]
+        # Sizes before they are grown to the layout's: what a truncated slab still holds.
+        self._slab_sizes = [os.path.getsize(p) if os.path.exists(p) else 0 for p in slabs]
+        self._index = self._open_index()
         self._index.check_layout(dirs, slot_bytes)
         for j in range(len(dirs)):
             prepare_slab(self.layout.slab_path(j), self.layout.slab_bytes, config.preallocate)
@@ -148,6 +159,28 @@ class SariaStore(WritePath):
         self._devices = [
             DeviceAccount(d, block_device_name(d), saved.get(d) or DeviceCounters()) for d in dirs
         ]
+
+    def _open_index(self) -> SQLiteIndex:
+        """The index. The store is a cache, so damage never stops it: an unreadable index is
+        moved aside and a missing one beside a used slab reported; either way it starts empty and
+        reuses the slab."""
+        path = index_path(self.layout.data_dirs[0])
+        existed = os.path.exists(path)
+        index, moved = open_index(path, self.config.sync_writes)
+        if moved is not None:
+            self._count("recover", "index_unreadable")
+            logger.warning(
+                "saria store %s: index %s is unreadable (%s): moved aside to %s; the store starts empty",
+                self.name, path, moved.reason, moved.path,
+            )
+        elif not existed and any(self._slab_sizes):
+            self._count("recover", "index_missing")
+            logger.warning(
+                "saria store %s: index %s is missing beside slab files of %s bytes: their objects are "
+                "lost; the store starts empty and reuses the slabs",
+                self.name, path, self._slab_sizes,
+            )
+        return index
 
     def _start_workers(self) -> None:
         """The read and write pools and the committer thread."""
@@ -174,11 +207,25 @@ class SariaStore(WritePath):
             logger.warning(
                 "saria store %s: dropped %d index entries that no longer fit", self.name, len(dropped)
             )
-            self._pending_deletes.extend(e.key for e in dropped)
+        short = [e for e in valid if self._past_slab_end(e)]
+        if short:
+            self._count("recover", "past_slab_end", len(short))
+            logger.warning(
+                "saria store %s: slab files hold %s bytes, the layout %d each: %d objects past their end dropped",
+                self.name, self._slab_sizes, self.layout.slab_bytes, len(short),
+            )
+            gone = {e.key for e in short}
+            valid = [e for e in valid if e.key not in gone]
+        self._pending_deletes.extend(e.key for e in dropped + short)
         for e in valid:  # load() returns LRU order
             self._entries[e.key] = e
             self.order.written(e.key)
         self._alloc = SlotAllocator(self.layout.nslots, (s for e in valid for s in e.slots.tolist()))
+
+    def _past_slab_end(self, e: Entry) -> bool:
+        """Some of the object lies past the end its slab file had at open (it was truncated)."""
+        subs = self.layout.plan(e.slots.tolist(), e.size)
+        return any(sub.file_offset + sub.nbytes > self._slab_sizes[sub.dir_idx] for sub in subs)
 
     # ---------------------------------------------------------------- helpers
     def _count(self, op: str, result: str, n: int = 1) -> None:
@@ -409,7 +456,7 @@ class SariaStore(WritePath):
         for device in self._devices:
             for hour, written in device.snapshot().hours.items():
                 totals[hour] = totals.get(hour, 0) + written
-        ages = ((now - min(now, (hour + 1) * HOUR_S), written) for hour, written in sorted(totals.items()))
+        ages = ((now - min(now, (hour + 1) * SECONDS_PER_HOUR), written) for hour, written in sorted(totals.items()))
         return [(age, written) for age, written in ages if age < within_s and written]
 
     def stats(self) -> StoreStats:
@@ -441,6 +488,7 @@ class SariaStore(WritePath):
         m.used_bytes.labels(self.name).set(used)
         m.capacity_bytes.labels(self.name).set(self.capacity_bytes)
         m.online.labels(self.name).set(0 if self._offline else 1)
+        m.disk_full.labels(self.name).set(0 if self._disk_full.since is None else 1)
         for rep in self.endurance():
             if rep.projected_lifetime_years is not None:
                 m.ssd_projected_lifetime_years.labels(rep.data_dir).set(rep.projected_lifetime_years)

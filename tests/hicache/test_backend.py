@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
     PoolTransfer,
 )
 
-from sglang_saria.hicache.backend import SariaStorage  # noqa: E402
+from sglang_saria.hicache.backend import SariaStorage, configs_from_extra  # noqa: E402
 
 
 def page_bytes(pool, index: int) -> torch.Tensor:
@@ -130,3 +130,10 @@ def test_extra_config_unknown_key_is_named_policy_keys_accepted(extra):
     assert backend.policy_config.admission.policy == "combined:E2R8"
     assert backend.store is None  # opened when SGLang registers the host pool
     backend.close()
+
+
+def test_without_data_dirs_the_store_lives_in_this_users_cache_dir(monkeypatch, tmp_path):
+    """Not in shared /tmp, where another user could make the directory first."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    store_config, _ = configs_from_extra({"capacity": "32MiB"})
+    assert store_config.data_dirs == [str(tmp_path / "cache" / "sglang-saria" / "store")]

@@ -4,6 +4,9 @@ the path that moved it."""
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 import torch
 
@@ -11,6 +14,7 @@ from sglang_saria.hicache.kv_audit import (
     DEVICE_TO_HOST,
     HOST_TO_DEVICE,
     HOST_TO_SSD,
+    LOG_NAME,
     SSD_TO_DEVICE,
     SSD_TO_HOST,
     KVAudit,
@@ -191,3 +195,36 @@ def test_mamba_states_are_audited_slot_by_slot():
         host.load_to_device_per_layer(None, host_slots, torch.tensor([2, 3]), layer, "direct")
     audit.host_to_device("mamba", host_slots, torch.tensor([2, 3]))
     assert counts.by_path == {DEVICE_TO_HOST: [2, 0], HOST_TO_DEVICE: [2, 1]}
+
+
+def test_a_torn_last_line_of_the_audit_log_is_ignored_counted_and_cut_off(backend):
+    """A server killed mid-append leaves half a line; the next one audits what the whole lines say,
+    starts its own lines on a fresh line, and keeps the log private (0600)."""
+    device, host, store = backend
+    log_dir = store.store.config.data_dirs[0]
+    store.kv_audit = audit = kv_audit(host, Counts(), log_dir=log_dir)
+    keys = [f"t{i}" for i in range(4)]
+    backup(device, host, pages(host, 1, 4), pages(device, 1, 4))
+    audit.device_to_host("kv", pages(host, 1, 4), pages(device, 1, 4))
+    assert store.batch_set_v1(keys, pages(host, 1, 4)) == [True] * 4
+    log = os.path.join(log_dir, LOG_NAME)
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    whole = open(log, "rb").read()
+    last = whole.splitlines(keepends=True)[-1]
+    os.truncate(log, len(whole) - len(last) + 4)  # the fourth page's line: "kv " and a character
+
+    restarted = Counts()
+    again = kv_audit(host, restarted, log_dir=log_dir)
+    assert again.bad_log_lines == 1
+    assert open(log, "rb").read() == b"".join(whole.splitlines(keepends=True)[:3])
+    reloader = DeviceReloader(store.read_page_async, device, host.layout, PAGE, store.page_bytes)
+    assert reloader.load(keys, pages(device, 20, 4)).ok
+    again.store_to_device("kv", keys, pages(device, 20, 4))
+    assert restarted.by_path == {SSD_TO_DEVICE: [3, 0]}  # the torn page is not audited, nothing fails
+
+    store.kv_audit = again  # a page the restarted server writes is a whole line after the cut
+    backup(device, host, pages(host, 6, 1), pages(device, 6, 1))
+    again.device_to_host("kv", pages(host, 6, 1), pages(device, 6, 1))
+    assert store.batch_set_v1(["t4"], pages(host, 6, 1)) == [True]
+    third = kv_audit(host, Counts(), log_dir=log_dir)
+    assert third.bad_log_lines == 0 and len(open(log, "rb").read().splitlines()) == 4

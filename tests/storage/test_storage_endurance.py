@@ -10,9 +10,9 @@ from prometheus_client import REGISTRY, generate_latest
 
 from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.endurance import DeviceAccount
-from sglang_saria.storage.index import HOUR_S, KEPT_HOURS, DeviceCounters
+from sglang_saria.storage.index import KEPT_HOURS, DeviceCounters
 from sglang_saria.storage.metrics import store_metrics
-from sglang_saria.units import DriveRating
+from sglang_saria.units import SECONDS_PER_HOUR, DriveRating
 
 SLOT = 64 * 1024
 
@@ -70,16 +70,16 @@ def test_hourly_writes_survive_a_reopen_and_age_from_the_end_of_their_hour(make_
     recent = again.recent_writes(86400.0)
     assert sum(b for _, b in recent) == written
     assert all(age < 60.0 for age, _ in recent)  # this hour: written "now" at the latest (or an hour that just ended)
-    later = time.time() + 5 * HOUR_S
+    later = time.time() + 5 * SECONDS_PER_HOUR
     aged = again.recent_writes(86400.0, now=later)
-    assert sum(b for _, b in aged) == written and all(4 * HOUR_S <= age <= 5 * HOUR_S for age, _ in aged)
-    assert again.recent_writes(3 * HOUR_S, now=later) == []  # outside a 3-h window
+    assert sum(b for _, b in aged) == written and all(4 * SECONDS_PER_HOUR <= age <= 5 * SECONDS_PER_HOUR for age, _ in aged)
+    assert again.recent_writes(3 * SECONDS_PER_HOUR, now=later) == []  # outside a 3-h window
 
 
 def test_hourly_counts_keep_only_the_last_two_days():
     acct = DeviceAccount("/d", "nvme0n1", DeviceCounters(since=0.0))
     for hour in range(KEPT_HOURS + 10):
-        acct.add(written=100, now=hour * HOUR_S + 1.0)
+        acct.add(written=100, now=hour * SECONDS_PER_HOUR + 1.0)
     hours = acct.snapshot().hours
     assert sorted(hours) == list(range(10, KEPT_HOURS + 10)) and set(hours.values()) == {100}
     assert acct.snapshot().bytes_written == 100 * (KEPT_HOURS + 10)  # the lifetime total keeps everything

@@ -19,7 +19,6 @@ import pytest
 
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.config import StoreConfig
-from sglang_saria.storage.engine import PosixEngine
 from sglang_saria.storage.fault_injection import DelayedReads, ReadDelay
 from sglang_saria.storage.store import GetStatus, SariaStore
 from sglang_saria.units import ConfigError
@@ -52,36 +51,6 @@ def test_flipped_byte_in_slab_is_a_counted_miss_never_served(make_store, payload
     store.close()
     # The drop is durable: a restart does not resurrect the corrupt object.
     assert not SariaStore(store.config, victim_order=SSDVictimOrder()).exists("victim")
-
-
-class _FailingWrites(PosixEngine):
-    """Posix engine whose writes fail with a chosen errno while `fail` is set."""
-
-    def __init__(self, err: int) -> None:
-        super().__init__()
-        self.err, self.fail = err, False
-
-    def write(self, dir_idx, offset, segs):
-        if self.fail:
-            raise OSError(self.err, os.strerror(self.err))
-        return super().write(dir_idx, offset, segs)
-
-
-def test_enospc_injected_write_fails_cleanly_and_reads_go_on(make_store, payload):
-    engine = _FailingWrites(errno.ENOSPC)
-    store = make_store(ndirs=2, engine=engine)
-    assert store.put("old", payload("old", 2 * SLOT)).ok
-    engine.fail = True
-    res = store.put("new", payload("new", 2 * SLOT))
-    assert not res.ok and res.error.startswith("ENOSPC")
-    assert not store.exists("new")
-    assert store.stats().counts["put_enospc"] == 1
-    dest = np.zeros(2 * SLOT, np.uint8)
-    assert store.get("old", dest).ok
-    np.testing.assert_array_equal(dest, payload("old", 2 * SLOT))
-    engine.fail = False  # space freed: writes work again and no slot leaked
-    assert store.put("new", payload("new", 2 * SLOT)).ok
-    assert store.stats().used_bytes == 4 * SLOT
 
 
 @pytest.fixture
