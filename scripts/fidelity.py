@@ -42,6 +42,7 @@ from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
@@ -134,6 +135,12 @@ def rel(new: float, base: float) -> float:
     return new / base - 1.0 if base else 0.0
 
 
+def rel_same(new: dict, base: dict, metric: str) -> float:
+    """``rel`` of one metric of two policies' results, which must cover the same requests."""
+    same_requests([new, base])
+    return rel(new[metric], base[metric])
+
+
 def fig3b(run: Runner, sessions: int | None) -> list[Row]:
     """Full duplicate: fraction of SSD writes never read at 12/4/2 h windows.
 
@@ -208,7 +215,7 @@ def fig10(run: Runner, sessions: int | None, rules: tuple[str, ...]) -> list[Row
                     m = run(Setup(trace, model, n, policy=policy, rule=rule, prefill_tps=tps))
                     b = run(Setup(trace, model, n, policy=base, rule=rule, prefill_tps=tps))
                     rows.append(Row("10", f"{workload} {model}{at} [{rule}] {claim}", paper,
-                                    rel(m[metric], b[metric]), note=note))
+                                    rel_same(m, b, metric), note=note))
     return rows
 
 
@@ -219,6 +226,7 @@ def e3_target(run: Runner, sessions: int | None) -> list[dict]:
         for load, tps in loads(run, sessions).items():
             fd = run(Setup(WEKA, model, sessions, prefill_tps=tps))
             e3 = run(Setup(WEKA, model, sessions, policy="eviction:E3", prefill_tps=tps))
+            same_requests([fd, e3])
             ratio = e3["ssd_write_bytes"] / fd["ssd_write_bytes"] if fd["ssd_write_bytes"] else 0.0
             out.append({"model": model, "load": load, "prefill_tps": round(tps), "fd_writes_norm": fd["ssd_writes_norm"],
                         "e3_writes_norm": e3["ssd_writes_norm"], "e3_vs_fd": ratio, "e3_char": e3["char"],
@@ -253,11 +261,11 @@ def fig12(run: Runner, sessions: int | None) -> list[Row]:
              for name, pl, tr, pr in ABLATION}
         rows += [
             Row("12", f"{model} full config mean TTFT vs Base", ttft_p,
-                rel(m["+coordination"]["ttft_mean_s"], m["Base"]["ttft_mean_s"])),
+                rel_same(m["+coordination"], m["Base"], "ttft_mean_s")),
             Row("12", f"{model} full config P25-bad transfer vs +Meta", xfer_p,
-                rel(m["+coordination"]["transfer_p25_bad_s"], m["+Meta"]["transfer_p25_bad_s"])),
+                rel_same(m["+coordination"], m["+Meta"], "transfer_p25_bad_s")),
             Row("12", f"{model} coordination P25-bad transfer vs +overlap", coord_p,
-                rel(m["+coordination"]["transfer_p25_bad_s"], m["+overlap"]["transfer_p25_bad_s"])),
+                rel_same(m["+coordination"], m["+overlap"], "transfer_p25_bad_s")),
         ]
     return rows
 
@@ -273,7 +281,7 @@ def fig15(run: Runner, sessions: int | None) -> list[Row]:
         m = run(Setup(WEKA, model, sessions, in_flight=1, promotion="saria", ratio=r))
         for claim, metric, paper in (("SSD reads", "ssd_read_bytes", reads_p), ("mean transfer", "transfer_mean_s", xfer_p),
                                      ("mean TTFT", "ttft_mean_s", ttft_p)):
-            rows.append(Row("15", f"{model} r={r:g} {claim} vs r=0", paper, rel(m[metric], base[metric]),
+            rows.append(Row("15", f"{model} r={r:g} {claim} vs r=0", paper, rel_same(m, base, metric),
                             note="saria's r_eff caps r at 1 - B_gds/B_ingress = 0.58"))
     return rows
 

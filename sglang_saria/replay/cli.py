@@ -28,7 +28,7 @@ from sglang_saria.config import (
 )
 from sglang_saria.model_specs import MODEL_SPECS, get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.metrics import format_table
+from sglang_saria.replay.metrics import format_table, same_requests
 from sglang_saria.units import parse_count, parse_duration_s
 
 logger = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                         "the paper's load on the 350 WEKA sessions is 15950, docs/fidelity.md section 5; "
                         "for planning, your GPU's rate)")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
-    p.add_argument("--horizon", default="24h", help="truncate the replay at this logical time")
+    p.add_argument("--horizon", default="24h", help="24 h truncation: keep the requests recorded to arrive within this time of the replay start (a filter on the workload; every kept request is served, however long the replay runs)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -139,6 +139,8 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
         if res.interrupted:
             interrupted = True
             break
+    if not interrupted:
+        same_requests(results)
     base = cfgs[0].to_dict()
     base.pop("admission")
     out = {

@@ -3,11 +3,15 @@
 Only session start times move; each session keeps its request order and recorded
 idle gaps (the next request is issued ``idle_before_s`` after the previous one's first
 token). One active request per session, ``in_flight`` requests overall (others wait
-FIFO), requests stop after the first token. A request's life: admission -> reload
+FIFO), requests stop after the first token. The 24-hour truncation filters which requests
+exist (``workload.truncate``: recorded arrival within ``horizon_s``); every request that exists
+is served, however long the replay then runs, so policies are compared on the same requests
+(their ``request_set`` digests are equal). A request's life: admission -> reload
 (``TransferCoordinator``, fluid exact time) -> prefill of the recomputed tokens on one
 GPU at ``prefill_tokens_per_s`` (FIFO) -> first token. The core's ``begin_request``
 runs at admission, ``finish_request`` at the first token. TTFT and transfer time are
-measured from admission (submission to the server), as in the paper.
+measured from admission (submission to the server), as in the paper; the wait before it
+(the client's backlog) is reported apart, as is the drain time (the last first token).
 
 ``ReplayRun`` holds one replay's state; its methods are the steps (issue, admit, transfer
 done, compute done), ``loop`` runs them in time order and ``result`` sums them up.
@@ -26,13 +30,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import xxhash
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.core import SariaCore, WriteHook
 from sglang_saria.replay.metrics import RequestLog, summarize
-from sglang_saria.replay.workload import dense_keys
+from sglang_saria.replay.workload import dense_keys, truncate
 from sglang_saria.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
@@ -42,6 +47,8 @@ logger = logging.getLogger(__name__)
 
 _ISSUE = 0
 _COMPUTE_DONE = 1
+_DIGEST_MASK = (1 << 64) - 1
+_xxh3 = xxhash.xxh3_64_intdigest
 
 
 @dataclass
@@ -82,6 +89,7 @@ class _Active:
     ridx: int
     keys: list[int]
     plan: object
+    issue_t: float  # the client sent it; it waited for a slot until admit_t
     admit_t: float
     computed_tokens: int
     achievable: int
@@ -151,7 +159,7 @@ class ReplayRun:
         self.block_tokens = cfg.metadata.block_tokens
         self.log = RequestLog()
         self.events = _Events()
-        self.waiting: deque[tuple[int, int]] = deque()  # issued while in_flight was full, FIFO
+        self.waiting: deque[tuple[int, int, float]] = deque()  # (sid, ridx, issue t) while in_flight was full, FIFO
         self.active: dict[int, _Active] = {}
         self.in_flight = 0
         self.gpu_free = 0.0  # when the GPU finishes the prefills queued so far
@@ -159,20 +167,20 @@ class ReplayRun:
         self.end_t = 0.0
         self.block_events = 0
         self.next_rid = 0
+        self.truncation = truncate(sessions, start_times, settings.horizon_s)
+        self.served_digest = 0  # order-free sum of the served requests' ids: equal sums, equal request sets
         for sid, t0 in enumerate(start_times):
-            if sessions[sid].requests:
+            if self.truncation.kept[sid]:
                 self.events.push(float(t0), _ISSUE, (sid, 0))
 
     def issue(self, sid: int, ridx: int, t: float) -> None:
-        """The client sends a request: admitted if a slot is free, else it waits; none after the horizon."""
-        if t > self.settings.horizon_s:
-            return  # 24 h truncation: the session issues nothing more
+        """The client sends a request: admitted if a slot is free, else it waits (FIFO)."""
         if self.in_flight < self.settings.in_flight:
-            self.admit(sid, ridx, t)
+            self.admit(sid, ridx, t, t)
         else:
-            self.waiting.append((sid, ridx))
+            self.waiting.append((sid, ridx, t))
 
-    def admit(self, sid: int, ridx: int, t: float) -> None:
+    def admit(self, sid: int, ridx: int, t: float, issue_t: float) -> None:
         """The core plans the reload; its transfer goes to the coordinator (none: done at once)."""
         keys, achievable = self.keys.build(sid, ridx)
         self.block_events += len(keys)
@@ -182,7 +190,7 @@ class ReplayRun:
         computed = max(0, self.sessions[sid].requests[ridx].input_tokens - plan.n_blocks * self.block_tokens)
         rid = self.next_rid
         self.next_rid = rid + 1
-        self.active[rid] = _Active(sid, ridx, keys, plan, t, computed, achievable)
+        self.active[rid] = _Active(sid, ridx, keys, plan, issue_t, t, computed, achievable)
         self.in_flight += 1
         if d + s == 0:
             self.transfer_done(rid, t)
@@ -205,16 +213,17 @@ class ReplayRun:
         plan = a.plan
         self.core.finish_request(a.keys, plan, t)
         self.log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
-                     done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=self.core.ssd.bytes_written)
+                     done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=self.core.ssd.bytes_written,
+                     queue_s=a.admit_t - a.issue_t)
+        self.served_digest += _xxh3(b"%d:%d" % (a.sid, a.ridx))
         self.in_flight -= 1
         self.end_t = t
-        reqs = self.sessions[a.sid].requests
-        if a.ridx + 1 < len(reqs):
-            self.events.push(t + reqs[a.ridx + 1].idle_before_s, _ISSUE, (a.sid, a.ridx + 1))
+        if a.ridx + 1 < self.truncation.kept[a.sid]:
+            self.events.push(t + self.sessions[a.sid].requests[a.ridx + 1].idle_before_s, _ISSUE, (a.sid, a.ridx + 1))
         waiting = self.waiting
         while waiting and self.in_flight < self.settings.in_flight:
-            wsid, wridx = waiting.popleft()
-            self.admit(wsid, wridx, t)
+            wsid, wridx, issue_t = waiting.popleft()
+            self.admit(wsid, wridx, t, issue_t)
 
     def loop(self, bar=None) -> bool:
         """Run every event in time order, transfer ends first on ties; True if Ctrl-C stopped it.
@@ -262,8 +271,10 @@ class ReplayRun:
             ssd_capacity_bytes=cfg.capacity.ssd_tokens * self.spec.kv_bytes_per_token,
             writes_never_read_frac=ssd.writes_never_read_frac,
             dram_evictions=core.stats.dram_evictions,
-            days_replayed=min(self.end_t, self.settings.horizon_s) / SECONDS_PER_DAY,
+            days_replayed=self.truncation.span_s / SECONDS_PER_DAY,
             dwpd=self.settings.dwpd,
+            drain_s=self.end_t,
+            request_set=f"{self.served_digest & _DIGEST_MASK:016x}",
         )
         logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), self.gpu_busy, self.end_t)
         return ReplayResult(metrics, log, core, self.end_t, self.block_events, self.gpu_busy, interrupted)
@@ -291,7 +302,7 @@ def replay(
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=sum(len(s.requests) for s in sessions), desc=label or cfg.admission.policy, unit="req", mininterval=0.5)
+        bar = tqdm(total=run.truncation.requests, desc=label or cfg.admission.policy, unit="req", mininterval=0.5)
     try:
         interrupted = run.loop(bar)
     finally:

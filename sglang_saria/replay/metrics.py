@@ -30,6 +30,10 @@ RESULT_KEYS = (
     "requests",
     "blocks_hit",
     "blocks_achievable",
+    "drain_s",
+    "queue_mean_s",
+    "queue_p90_s",
+    "request_set",
 )
 
 
@@ -50,10 +54,12 @@ class RequestLog:
     done_s: list[float] = field(default_factory=list)
     ssd_hit_blocks: list[int] = field(default_factory=list)
     ssd_bytes_written: list[int] = field(default_factory=list)
+    queue_s: list[float] = field(default_factory=list)  # waited for an in-flight slot before admission
 
     def add(self, hit: int, achievable: int, used_ssd: bool, transfer_s: float, ttft_s: float,
-            done_s: float | None = None, ssd_hit: int = 0, ssd_bytes_written: int = 0) -> None:
+            done_s: float | None = None, ssd_hit: int = 0, ssd_bytes_written: int = 0, queue_s: float = 0.0) -> None:
         self.hit_blocks.append(hit)
+        self.queue_s.append(queue_s)
         self.achievable_blocks.append(achievable)
         self.used_ssd.append(used_ssd)
         self.transfer_s.append(transfer_s)
@@ -115,13 +121,17 @@ def summarize(
     dram_evictions: int,
     days_replayed: float,
     dwpd: float = 1.0,
+    drain_s: float = 0.0,
+    request_set: str = "",
 ) -> dict[str, float | int | str]:
-    """The result record of one policy, with exactly ``RESULT_KEYS``."""
+    """The result record of one policy, with exactly ``RESULT_KEYS``. ``request_set`` names the
+    requests scored (``same_requests`` compares it); ``drain_s`` is when the last one finished."""
     hits = np.asarray(log.hit_blocks, dtype=np.int64)
     ach = np.asarray(log.achievable_blocks, dtype=np.int64)
     used_ssd = np.asarray(log.used_ssd, dtype=bool)
     transfer = np.asarray(log.transfer_s, dtype=np.float64)
     ttft = np.asarray(log.ttft_s, dtype=np.float64)
+    queue = np.asarray(log.queue_s, dtype=np.float64)
     hit_req = hits > 0
     xfer = transfer[hit_req]
     cap = ssd_capacity_bytes
@@ -145,9 +155,29 @@ def summarize(
         "requests": len(log),
         "blocks_hit": int(hits.sum()),
         "blocks_achievable": int(ach.sum()),
+        "drain_s": float(drain_s),
+        "queue_mean_s": float(queue.mean()) if len(queue) else 0.0,
+        "queue_p90_s": float(np.percentile(queue, 90)) if len(queue) else 0.0,
+        "request_set": request_set,
     }
     assert tuple(out) == RESULT_KEYS
     return out
+
+
+class DifferentRequestsError(ValueError):
+    """Policies of one comparison were scored over different requests."""
+
+
+def same_requests(results: list[dict]) -> list[dict]:
+    """``results`` if every one was scored over the same requests, else an error naming them.
+
+    A comparison of policies means the same requests: a policy that served fewer (a cut workload,
+    an interrupted replay) has not cut its writes or its TTFT by as much as its totals say."""
+    sets = {(r["request_set"], r["requests"]) for r in results}
+    if len(sets) > 1:
+        rows = ", ".join(f"{r['policy']}: {r['requests']} requests (set {r['request_set'] or '?'})" for r in results)
+        raise DifferentRequestsError(f"policies scored over different requests: {rows}")
+    return results
 
 
 def format_table(results: list[dict]) -> str:
@@ -168,6 +198,8 @@ def format_table(results: list[dict]) -> str:
         ("P90 s", "ttft_p90_s", "{:.3f}"),
         ("P25b s", "ttft_p25_bad_s", "{:.3f}"),
         ("reqs", "requests", "{}"),
+        ("drain h", "drain_s", "{:.1f}", 1 / 3600.0),
+        ("queue s", "queue_mean_s", "{:.1f}"),
     ]
     rows = [[c[0] for c in cols]]
     for r in results:

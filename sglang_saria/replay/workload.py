@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,6 +82,36 @@ def apply_limits(sessions: list[TraceSession],
     logger.info("context limit %d tokens: dropped %d requests, %d sessions left",
                 context_limit_tokens, dropped, len(kept))
     return kept
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """Which requests of a placed workload exist: ``kept[i]`` leading requests of session i."""
+
+    kept: list[int]
+    span_s: float  # recorded arrival of the last kept request: the period the workload covers
+
+    @property
+    def requests(self) -> int:
+        return sum(self.kept)
+
+
+def truncate(sessions: Sequence[TraceSession], starts: Sequence[float], horizon_s: float) -> Truncation:
+    """The 24-hour trace truncation (paper 5.1) as a filter on the workload, never a deadline: a
+    session keeps the requests recorded to arrive (its start + the recorded arrival) within
+    ``horizon_s``. It depends on the trace and the start times only, so every policy replayed on
+    the same workload serves the same requests, however long a slower one takes to drain them."""
+    kept, span = [], 0.0
+    for s, t0 in zip(sessions, starts):
+        n, last = 0, 0.0
+        for r in s.requests:
+            arrival = float(t0) + r.t
+            if arrival > horizon_s:
+                break
+            n, last = n + 1, arrival
+        kept.append(n)
+        span = max(span, last)
+    return Truncation(kept, span)
 
 
 def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], list[list[int]], int]:

@@ -25,10 +25,13 @@ def test_json_has_exactly_the_documented_shape(tmp_path, capsys):
     for r in d["results"]:
         assert tuple(r) == RESULT_KEYS
         for k in RESULT_KEYS[1:]:
-            assert isinstance(r[k], (int, float)) and not isinstance(r[k], bool), k
+            if k != "request_set":
+                assert isinstance(r[k], (int, float)) and not isinstance(r[k], bool), k
+        assert len(r["request_set"]) == 16 and int(r["request_set"], 16) >= 0
         for k in FRACTIONS:
             assert 0.0 <= r[k] <= 1.0, k
     none, fd, e2 = d["results"]
+    assert none["request_set"] == fd["request_set"] == e2["request_set"]  # one comparison, the same requests
     assert none["ssd_write_bytes"] == 0 and fd["ssd_write_bytes"] >= e2["ssd_write_bytes"]
     assert fd["char"] >= none["char"]
     assert d["config"]["capacity"] == {"dram_tokens": 200_000, "ssd_tokens": 2_000_000}

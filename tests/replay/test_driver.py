@@ -1,5 +1,6 @@
 """Replay methodology (paper 5.1) on hand-built sessions: timing, limits, metrics, determinism."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,10 +58,18 @@ def test_in_flight_limit_queues_requests_fifo_and_gpu_prefill_is_serial():
     assert one.end_time_s == pytest.approx(four.end_time_s)
 
 
-def test_requests_after_the_horizon_are_truncated():
-    s = TraceSession("a", [req(1, 1), req(1, 2, idle=100.0), req(1, 3, idle=100.0)])
-    res = replay([s], [0.0], cfg(), SPEC, ReplaySettings(horizon_s=150.0))
-    assert res.metrics["requests"] == 2
+def test_the_horizon_keeps_the_requests_recorded_before_it_and_serves_all_of_them():
+    """24 h truncation filters by recorded arrival (start + t), not by when the replay gets there:
+    a slow GPU (1 token/s) finishes the kept requests long after the horizon and serves them all."""
+    def at(t, first_key):
+        return dataclasses.replace(req(first_key, 1, idle=10.0), t=t)
+
+    s = TraceSession("a", [at(0.0, 1), at(100.0, 2), at(145.0, 3), at(160.0, 4)])
+    res = replay([s], [10.0], cfg(), SPEC, ReplaySettings(horizon_s=150.0, prefill_tokens_per_s=1.0))
+    m = res.metrics
+    assert m["requests"] == 2  # arrivals at 10, 110 kept; 155 and 170 are past the horizon
+    assert m["drain_s"] == res.end_time_s > 2 * BT  # two 512-token prefills at 1 token/s
+    assert m["write_budget_norm"] == pytest.approx(110.0 / 86400.0)  # the kept workload's recorded span
 
 
 def test_evicted_context_is_reloaded_from_ssd_under_full_duplicate_but_recomputed_under_none():

@@ -22,22 +22,22 @@ def test_a_run_starts_with_each_nonempty_sessions_first_issue():
     assert pending(run) == [(2.0, (2, 0)), (5.0, (0, 0))]
 
 
-def test_issue_admits_while_a_slot_is_free_then_waits_fifo_and_drops_after_the_horizon():
+def test_issue_admits_while_a_slot_is_free_then_waits_fifo_with_its_issue_time():
     sessions = [TraceSession(str(i), [req(100 * i, 2)]) for i in range(4)]
     run = ReplayRun(sessions, [0.0] * 4, cfg(), SPEC, ReplaySettings(in_flight=1, horizon_s=100.0))
     run.issue(0, 0, 0.0)
     run.issue(1, 0, 1.0)
     run.issue(2, 0, 2.0)
-    run.issue(3, 0, 100.5)
+    run.issue(3, 0, 100.5)  # past the horizon in logical time: it exists, so it waits like the others
     assert run.in_flight == 1 and list(run.active) == [0]
-    assert list(run.waiting) == [(1, 0), (2, 0)]
+    assert list(run.waiting) == [(1, 0, 1.0), (2, 0, 2.0), (3, 0, 100.5)]
 
 
 def test_a_cold_request_skips_the_transfer_and_queues_its_whole_input_for_prefill():
     s = TraceSession("a", [req(1, 3, extra_tokens=100)])
     run = ReplayRun([s], [0.0], cfg(), SPEC, ReplaySettings(prefill_tokens_per_s=PREFILL_TPS))
     run.events.heap.clear()
-    run.admit(0, 0, 7.0)
+    run.admit(0, 0, 7.0, 7.0)
     a = run.active[0]
     assert (a.computed_tokens, a.achievable, a.transfer_done_t) == (3 * BT + 100, 0, 7.0)
     assert run.block_events == 3 and run.coord.active == []
@@ -50,8 +50,8 @@ def test_prefills_run_one_after_another_on_the_one_gpu():
     sessions = [TraceSession(str(i), [req(100 * i, 2)]) for i in range(2)]
     run = ReplayRun(sessions, [0.0, 0.0], cfg(), SPEC, ReplaySettings(prefill_tokens_per_s=PREFILL_TPS))
     run.events.heap.clear()
-    run.admit(0, 0, 0.0)
-    run.admit(1, 0, 0.0)
+    run.admit(0, 0, 0.0, 0.0)
+    run.admit(1, 0, 0.0, 0.0)
     c = 2 * BT / PREFILL_TPS
     assert pending(run) == [(c, 0), (2 * c, 1)]
     run.transfer_done(0, 10.0)  # a GPU idle since 2c starts the next prefill when its transfer ends
@@ -82,6 +82,7 @@ def test_compute_done_logs_the_request_schedules_the_sessions_next_and_admits_a_
     assert len(run.log) == 1 and run.log.ttft_s == [1.0] and run.log.done_s == [1.0]
     assert run.end_t == 1.0
     assert list(run.waiting) == [] and list(run.active) == [1] and run.active[1].admit_t == 1.0
+    assert run.active[1].issue_t == 0.5 and run.log.queue_s == [0.0]  # b waited 0.5 s for a's slot
     assert run.in_flight == 1
     assert pending(run) == [(1.0 + 2 * BT / PREFILL_TPS, 1), (11.0, (0, 1))]
 

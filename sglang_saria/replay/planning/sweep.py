@@ -15,6 +15,7 @@ import numpy as np
 
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.workload import session_start_times
 
 
@@ -64,7 +65,8 @@ def _run_point(index: int, cfg) -> tuple[int, SweepPoint]:
 
 def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, settings: ReplaySettings,
           jobs: int, progress: bool = True) -> list[SweepPoint]:
-    """Replay every config on the identical workload; results in ``cfgs`` order.
+    """Replay every config on the identical workload; results in ``cfgs`` order, all scored over
+    the same requests (``DifferentRequestsError`` otherwise).
 
     ``jobs > 1`` runs points in worker processes; each replay is deterministic, so the
     results equal a serial run's.
@@ -89,4 +91,5 @@ def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, setti
                     results[i] = point
                     bar.set_postfix_str(point.metrics["policy"])
                     bar.update(1)
+    same_requests([p.metrics for p in results])  # type: ignore[union-attr]
     return results  # type: ignore[return-value]
