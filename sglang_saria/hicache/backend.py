@@ -13,6 +13,7 @@ hand a page to a model or layout that wrote a different byte order.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import time
@@ -36,7 +37,7 @@ from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.reload.host_pages import HostPageView
 from sglang_saria.storage.config import StoreConfig
-from sglang_saria.storage.private import default_data_dir
+from sglang_saria.storage.private import check_private_dir, default_data_dir
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 POLICY_KEYS = frozenset(f.name for f in dataclasses.fields(SariaConfig)) - {"capacity"}
 # Keys SGLang itself leaves in the extra-config dict (dynamic backend loading).
 SGLANG_EXTRA_KEYS = frozenset({"interface_v1", "backend_name", "module_path", "class_name"})
+EXTRA_CONFIG_FLAG = "--hicache-storage-backend-extra-config"
 
 
 def rank_subdir(cfg: HiCacheStorageConfig) -> str:
@@ -91,10 +93,20 @@ def check_extra_config(raw: Optional[str]) -> None:
     """Validate `--hicache-storage-backend-extra-config` while SGLang checks its arguments
     (patch 008): a bad value stops the launch in seconds, naming the field, instead of
     after the model has loaded. SGLang's own parser reads the JSON or @file and takes its
-    keys (prefetch_threshold, ...) out, exactly as HiCache does before building the backend."""
+    keys (prefetch_threshold, ...) out, exactly as HiCache does before building the backend.
+    Data dirs another user owns or can write are refused here too, before anything loads."""
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 
-    configs_from_extra(HybridCacheController.parse_storage_backend_extra_config(raw)[0])
+    if raw and not raw.startswith("@"):
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{EXTRA_CONFIG_FLAG}: not valid JSON ({e}): {raw!r}") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"{EXTRA_CONFIG_FLAG}: must be a JSON object, got {raw!r}")
+    store_config, _ = configs_from_extra(HybridCacheController.parse_storage_backend_extra_config(raw)[0])
+    for data_dir in store_config.data_dirs:
+        check_private_dir(data_dir)
 
 
 def policy_of(storage_backend: Any) -> Optional[SariaHiCachePolicy]:

@@ -56,23 +56,43 @@ def _check_above(path: str, below: str) -> None:
         raise _refuse(below, st, f"the directory above it, {path!r}, is writable by group or others")
 
 
-def prepare_private_dir(path: str) -> None:
-    """Create a data dir (and missing parents) 0700, or check an existing one; errors name it.
-    The directories above it are checked first, so a refused path is left as it was."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"saria store: data dir {path!r} is not a directory")
-    real = os.path.realpath(path)
+def _ancestors(real: str) -> list[str]:
+    """The directories above ``real``, nearest first, up to ``/``."""
     above = []
     at = os.path.dirname(real)
     while True:
         above.append(at)
         if at == os.path.dirname(at):
-            break
+            return above
         at = os.path.dirname(at)
-    for d in above:
+
+
+def _check_own(path: str, st: os.stat_result) -> None:
+    if st.st_uid != os.geteuid():
+        raise _refuse(path, st, "it belongs to another user")
+    if st.st_mode & _OTHERS_WRITE:
+        raise _refuse(path, st, "it is writable by group or others")
+
+
+def check_private_dir(path: str) -> None:
+    """What ``prepare_private_dir`` would refuse, without creating anything: the launch check
+    (patch 008) runs it before the model loads, the store again when it opens."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"saria store: data dir {path!r} is not a directory")
+    real = os.path.realpath(path)
+    for d in _ancestors(real):
         if os.path.exists(d):
             _check_above(d, path)
-    for d in reversed([real] + above):
+    if os.path.exists(real):
+        _check_own(path, os.stat(real))
+
+
+def prepare_private_dir(path: str) -> None:
+    """Create a data dir (and missing parents) 0700, or check an existing one; errors name it.
+    The directories above it are checked first, so a refused path is left as it was."""
+    check_private_dir(path)
+    real = os.path.realpath(path)
+    for d in reversed([real] + _ancestors(real)):
         if os.path.exists(d):
             continue
         try:
@@ -83,10 +103,7 @@ def prepare_private_dir(path: str) -> None:
         except OSError as e:
             raise ValueError(f"saria store: data dir {path!r} cannot be created ({d}: {e.strerror})") from e
     st = os.stat(real)
-    if st.st_uid != os.geteuid():
-        raise _refuse(path, st, "it belongs to another user")
-    if st.st_mode & _OTHERS_WRITE:
-        raise _refuse(path, st, "it is writable by group or others")
+    _check_own(path, st)
     if stat.S_IMODE(st.st_mode) != DIR_MODE:
         os.chmod(real, DIR_MODE)  # readable by others (an older release made it 0755): narrow it
     if not os.access(real, os.W_OK | os.X_OK):

@@ -16,7 +16,7 @@ from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
     PoolTransfer,
 )
 
-from sglang_saria.hicache.backend import SariaStorage, configs_from_extra  # noqa: E402
+from sglang_saria.hicache.backend import SariaStorage, check_extra_config, configs_from_extra  # noqa: E402
 
 
 def page_bytes(pool, index: int) -> torch.Tensor:
@@ -137,3 +137,25 @@ def test_without_data_dirs_the_store_lives_in_this_users_cache_dir(monkeypatch, 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     store_config, _ = configs_from_extra({"capacity": "32MiB"})
     assert store_config.data_dirs == [str(tmp_path / "cache" / "sglang-saria" / "store")]
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ('{"data_dirs": [', "not valid JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ("null", "must be a JSON object"),
+])
+def test_launch_check_names_the_flag_of_malformed_extra_config(raw, message):
+    with pytest.raises(ValueError, match=f"--hicache-storage-backend-extra-config: {message}"):
+        check_extra_config(raw)
+
+
+def test_launch_check_refuses_a_foreign_or_shared_data_dir_before_creating_anything(tmp_path):
+    """The store's own refusal, at launch (patch 008) rather than after the model loads."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(ValueError, match=r"writable by group or others.*mode 0777"):
+        check_extra_config(f'{{"data_dirs": ["{shared}"]}}')
+    fresh = tmp_path / "not-yet" / "store"
+    check_extra_config(f'{{"data_dirs": ["{fresh}"], "capacity": "64MiB"}}')
+    assert not fresh.parent.exists()  # checked, not created: the store makes it when it opens
