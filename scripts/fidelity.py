@@ -5,8 +5,9 @@ Each row names a figure, the paper's number, the replay's number measured in thi
 whether both point the same way (the sign of the change against the figure's baseline).
 Figures: 3b (writes never read at 12/4/2 h, full duplicate), 10 (FD/E2/E3/E5 writes vs FD
 and TTFT vs FD and DRAM-only; WEKA and the TraceLab-calibrated synthetic workload; FA and
-hybrid), 12 (cumulative ablation, in-flight 1), 15 (promotion ratio, in-flight 1), 16
-(one reload, serial / overlap / coordinated, the coordinator's fluid model). Every replay
+hybrid), 12 (cumulative ablation, in-flight 1), 16 (one reload, serial / overlap /
+coordinated, the coordinator's fluid model), and ``fidelity_figures.py``'s 1, 3a, 4, 6, 11, 13,
+14 and 15 (promotion ratio, with and without the bandwidth cap). Every replay
 of a figure runs on the identical workload (same sessions, same start times).
 
 Figure 10 on WEKA runs at two loads: the paper's nominal 6,500 prefill tokens/s, and the
@@ -22,123 +23,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from sglang_saria.config import (
-    AdmissionConfig,
-    BandwidthConfig,
-    CapacityConfig,
-    MetadataConfig,
-    PromotionConfig,
-    SariaConfig,
-    TransferConfig,
-)
+from fidelity_figures import PAPER_FIGURES
+from fidelity_runs import MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_rows, rel, rel_same
+from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.workload import apply_limits, session_starts
-
-SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-WEKA = f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}"
-MODELS = ("qwen3.5-9b", "qwen3-8b")
-NOMINAL_TPS = ReplaySettings.prefill_tokens_per_s  # paper 5.1: "advances at 6,500 computed prefill tokens/s"
-# Paper 5.2: on WEKA with Qwen3.5-9B, E3 "stays within the one-day write budget" (1 C) while
-# writing 78.2% less than FD, so the paper's FD wrote at most 1 / (1 - 0.782) = 4.59 C.
-PAPER_FD_WRITES_MAX_C = 1.0 / (1.0 - 0.782)
-
-
-@dataclass(frozen=True)
-class Row:
-    """One claim: the paper's number and the replay's, as relative changes (or fractions)."""
-
-    figure: str
-    claim: str
-    paper: float
-    replay: float
-    baseline_relative: bool = True  # a change vs a baseline: same direction = same sign
-    note: str = ""
-
-    @property
-    def same_direction(self) -> bool:
-        if self.baseline_relative:
-            return (self.paper > 0) == (self.replay > 0)
-        return True  # fractions (e.g. writes never read) are compared by value in the table
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "same_direction": self.same_direction}
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One replay: workload, model and the config knobs a figure varies."""
-
-    trace: str
-    model: str
-    sessions: int | None
-    window_h: float = 12.0
-    in_flight: int = 4
-    policy: str = "full-duplicate"
-    rule: str = "robust"
-    planner: str = "saria"
-    transfer: str = "coordinated"
-    promotion: str = "saria"
-    ratio: float = 0.4
-    dram_tokens: int = 1_000_000
-    ssd_tokens: int = 10_000_000
-    prefill_tps: float = NOMINAL_TPS
-
-
-class Runner:
-    """Replays setups, caching loaded traces and results (figures share baselines)."""
-
-    def __init__(self, progress: bool) -> None:
-        self._traces: dict[tuple, list] = {}
-        self._results: dict[Setup, dict] = {}
-        self.progress = progress
-
-    def __call__(self, s: Setup) -> dict:
-        if s.policy in ("none", "full-duplicate"):
-            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
-        if s not in self._results:
-            spec = get_model_spec(s.model)
-            bt = spec.default_block_tokens
-            key = (s.trace, bt, s.sessions)
-            if key not in self._traces:
-                self._traces[key] = apply_limits(load_trace(s.trace, bt, max_sessions=s.sessions))
-            sessions = self._traces[key]
-            settings = ReplaySettings(window_s=s.window_h * 3600.0, in_flight=s.in_flight,
-                                      prefill_tokens_per_s=s.prefill_tps)
-            cfg = SariaConfig(
-                admission=AdmissionConfig(policy=s.policy, rule=s.rule),
-                metadata=MetadataConfig(block_tokens=bt),
-                promotion=PromotionConfig(mode=s.promotion, ratio=s.ratio),
-                transfer=TransferConfig(mode=s.transfer, planner=s.planner),
-                capacity=CapacityConfig(dram_tokens=s.dram_tokens, ssd_tokens=s.ssd_tokens),
-            ).validate()
-            label = (f"{s.model} {s.policy} {s.planner}/{s.transfer}/{s.promotion}{s.ratio:g} {s.window_h:g}h "
-                     f"{s.prefill_tps:.0f}tok/s")
-            res = replay(sessions, session_starts(sessions, settings.window_s, 0), cfg, spec, settings,
-                         progress=self.progress, label=label)
-            self._results[s] = res.metrics
-        return self._results[s]
-
-
-def rel(new: float, base: float) -> float:
-    """Relative change of ``new`` against ``base`` (-0.2 = 20% lower)."""
-    return new / base - 1.0 if base else 0.0
-
-
-def rel_same(new: dict, base: dict, metric: str) -> float:
-    """``rel`` of one metric of two policies' results, which must cover the same requests."""
-    same_requests([new, base])
-    return rel(new[metric], base[metric])
 
 
 def fig3b(run: Runner, sessions: int | None) -> list[Row]:
@@ -270,22 +169,6 @@ def fig12(run: Runner, sessions: int | None) -> list[Row]:
     return rows
 
 
-# Figure 15: promotion ratio r (FD, coordinated, in-flight 1): (r, SSD reads, transfer, TTFT) vs r=0
-FIG15_PAPER = {"qwen3.5-9b": (0.6, -0.438, -0.179, -0.035), "qwen3-8b": (0.8, -0.617, -0.316, -0.090)}
-
-
-def fig15(run: Runner, sessions: int | None) -> list[Row]:
-    rows = []
-    for model, (r, reads_p, xfer_p, ttft_p) in FIG15_PAPER.items():
-        base = run(Setup(WEKA, model, sessions, in_flight=1, promotion="zero", ratio=0.0))
-        m = run(Setup(WEKA, model, sessions, in_flight=1, promotion="saria", ratio=r))
-        for claim, metric, paper in (("SSD reads", "ssd_read_bytes", reads_p), ("mean transfer", "transfer_mean_s", xfer_p),
-                                     ("mean TTFT", "ttft_mean_s", ttft_p)):
-            rows.append(Row("15", f"{model} r={r:g} {claim} vs r=0", paper, rel_same(m, base, metric),
-                            note="saria's r_eff caps r at 1 - B_gds/B_ingress = 0.58"))
-    return rows
-
-
 def _reload_time(mode: str, ingress: float, gds: float) -> float:
     """One reload of 135,168 qwen3-8b tokens split equally between DRAM and SSD (paper 5.3)."""
     spec = get_model_spec("qwen3-8b")
@@ -362,18 +245,8 @@ def format_mechanism(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": fig12, "15": fig15, "16": fig16}
-
-
-def format_rows(rows: list[Row]) -> str:
-    """Markdown table (kept in docs/fidelity.md)."""
-    out = ["| fig | claim | paper | replay | same direction | note |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        same = "yes" if r.same_direction else "**no**"
-        if not r.baseline_relative:
-            same = "-"
-        out.append(f"| {r.figure} | {r.claim} | {r.paper:+.1%} | {r.replay:+.1%} | {same} | {r.note} |")
-    return "\n".join(out)
+# the paper's other figures (1, 3a, 4, 6, 11, 13, 14, 15): scripts/fidelity_figures.py
+FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": fig12, "16": fig16} | PAPER_FIGURES
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ kinds by name (libCacheSim's ``create_admissioner``, vLLM's ``register_policy``)
 ``config``, ``admission`` and ``budget`` no longer import each other in a circle.
 
 Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
-``budget:<DWPD>``.
+``budget:<DWPD>``, and ``oracle`` (the replay's clairvoyant bound: it reads the trace's future, so
+a server refuses it, ``REPLAY_ONLY``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m> or budget:<DWPD>"
+FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m>, budget:<DWPD> or oracle (replay only)"
+#: kinds only the replay can run
+REPLAY_ONLY = frozenset({"oracle"})
 
 _THRESHOLD_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
 _BUDGET_RE = re.compile(r"^budget:([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
@@ -27,7 +30,7 @@ _BUDGET_RE = re.compile(r"^budget:([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 class PolicyName:
     """A parsed policy name: its kind and the parameters the name carries."""
 
-    kind: str  # none | full-duplicate | eviction | reuse | combined | budget
+    kind: str  # none | full-duplicate | eviction | reuse | combined | budget | oracle
     theta_E: int | None = None
     theta_R: int | None = None
     dwpd: float | None = None
@@ -35,7 +38,7 @@ class PolicyName:
 
 def parse(name: str) -> PolicyName:
     """Parse a policy name; ValueError names the policy and lists the forms."""
-    if name in ("none", "full-duplicate"):
+    if name in ("none", "full-duplicate", "oracle"):
         return PolicyName(name)
     if name.startswith("budget:"):
         m = _BUDGET_RE.match(name)

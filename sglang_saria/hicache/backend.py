@@ -30,6 +30,7 @@ from sglang.srt.mem_cache.hicache_storage import (
     PoolTransferResult,
 )
 
+from sglang_saria import policy_names
 from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.hicache.kv_audit import KVAudit
 from sglang_saria.hicache.metrics import SariaServingMetrics
@@ -74,6 +75,9 @@ def policy_config_from_extra(extra: Dict[str, Any]) -> SariaConfig:
         sections["admission"] = {"policy": sections["admission"]}
     source = "--hicache-storage-backend-extra-config"
     config = SariaConfig.from_dict(sections, source=source)
+    if policy_names.parse(config.admission.policy).kind in policy_names.REPLAY_ONLY:
+        raise ConfigError(f"{source}: admission.policy={config.admission.policy!r} is the replay's clairvoyant bound "
+                          "(it reads the trace's future); a server cannot run it")
     if config.transfer.planner == "gds-only":
         # SGLang's tree keeps host pages as the DRAM prefix of a match; a plan that reads
         # them from SSD instead would need a second device copy of tree-owned pages.

@@ -50,6 +50,8 @@ class AdmissionPolicy(ABC):
     reuse_threshold: int = 0
     #: whether ``thresholds`` may move with writes (``on_admitted``), not only with the clock
     retunes_on_write: bool = False
+    #: whether it decides by block identity (``admits_key``) instead of counters: the replay's oracle
+    keyed: bool = False
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}
@@ -57,6 +59,10 @@ class AdmissionPolicy(ABC):
     @abstractmethod
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         """Pure: no side effects, safe to call speculatively."""
+
+    def admits_key(self, key: object, event: AdmissionEvent) -> bool:
+        """Pure: the decision of a ``keyed`` policy for block ``key`` (others decide by counters)."""
+        raise TypeError(f"{self.name or type(self).__name__} decides by counters (should_admit), not by block")
 
     def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
         """Pure: ``(R, E)`` such that ``should_admit(E', R', event)`` implies ``R' >= R or E' >= E``

@@ -11,6 +11,12 @@ bandwidth). Modes:
   active its DRAM copies are paced to ``B_ingress - B_gds``; once its SSD part ends
   DRAM runs at full rate; leftover ingress serves later requests' DRAM parts.
 
+Background traffic (the replay's ``submit_background``): SSD writes take the drive first, up
+to ``ssd_write_gbps``, and GDS reads share what is left of ``B_gds`` (one drive, both
+directions of its bandwidth); promotions (GPU -> DRAM copies after prefill) take what DRAM
+reads leave of ``B_dram``. Neither uses GPU ingress, and nothing waits for them: a write or
+a promotion counts at once in the tiers, only its bandwidth is charged.
+
 The fluid driver (``advance``) integrates those rates exactly between events, so
 completion times are exact. A real pacer (SGLang adapter) calls ``allocate()`` when a
 transfer starts or finishes and throttles copies to the returned rates; the decision
@@ -57,13 +63,21 @@ def _fifo_grants(rate: float, ingress: float, wants: list[bool]) -> tuple[list[f
 class TransferCoordinator:
     """Shares ingress among concurrent reloads; fluid (exact-time) model."""
 
-    def __init__(self, bw: BandwidthConfig, mode: str = "coordinated") -> None:
+    def __init__(self, bw: BandwidthConfig, mode: str = "coordinated", ssd_write_gbps: float = math.inf) -> None:
         if mode not in TRANSFER_MODES:
             raise ValueError(f"transfer mode {mode!r}: must be one of {', '.join(TRANSFER_MODES)}")
+        if not ssd_write_gbps > 0:
+            raise ValueError(f"ssd_write_gbps={ssd_write_gbps}: must be > 0")
         self.mode = mode
         self.ingress = bw.ingress_gbps * _GB
-        self.gds = bw.gds_gbps * _GB
+        self.gds_total = bw.gds_gbps * _GB
+        self.gds = self.gds_total  # what SSD writes leave of it for reads
         self.dram = bw.dram_gbps * _GB
+        self.ssd_write = min(ssd_write_gbps * _GB, self.gds_total)
+        self.write_left = 0.0  # SSD write bytes queued (background)
+        self.promo_left = 0.0  # GPU -> DRAM promotion bytes queued (background)
+        self.background_rates = (0.0, 0.0)  # (write, promotion) bytes/s of the last decision
+        self.write_busy_s = 0.0  # time the drive spent writing
         self.active: list[Transfer] = []
         self.now = 0.0
         # (rates, next finish) decided for the current state, until it changes: the replay asks for the
@@ -81,8 +95,30 @@ class TransferCoordinator:
         self._decided = None
         return finished
 
+    def submit_background(self, write_bytes: float, promo_bytes: float, now: float) -> list[tuple[int, float]]:
+        """Queue SSD writes and promotions at ``now``; returns transfers that finished while advancing to ``now``."""
+        finished = self.advance(now)
+        if write_bytes > 0 or promo_bytes > 0:
+            self.write_left += write_bytes
+            self.promo_left += promo_bytes
+            self._decided = None
+        return finished
+
+    @property
+    def background(self) -> bool:
+        return self.write_left > 0 or self.promo_left > 0
+
     def allocate(self) -> list[tuple[float, float]]:
-        """The pacing decision: (dram_rate, gds_rate) in bytes/s per active transfer."""
+        """The pacing decision: (dram_rate, gds_rate) in bytes/s per active transfer (background rates
+        in ``background_rates``)."""
+        write = self.ssd_write if self.write_left > 0 else 0.0
+        self.gds = self.gds_total - write
+        rates = self._allocate_reads()
+        promo = max(0.0, self.dram - sum(d for d, _ in rates)) if self.promo_left > 0 else 0.0
+        self.background_rates = (write, promo)
+        return rates
+
+    def _allocate_reads(self) -> list[tuple[float, float]]:
         ingress, gds, dram = self.ingress, self.gds, self.dram
         rates = [(0.0, 0.0)] * len(self.active)
         if self.mode == "overlap":
@@ -108,7 +144,7 @@ class TransferCoordinator:
         left, paced to ``B_ingress - B_gds`` while the transfer's own GDS reads are active.
         (Granting DRAM per transfer in FIFO order let a DRAM-only load queued ahead take the
         whole link and hold a later SSD reload back.)"""
-        dram, pace = self.dram, max(0.0, self.ingress - self.gds)
+        dram, pace = self.dram, max(0.0, self.ingress - self.gds_total)  # the configured allowance
         gds_rates, ingress = _fifo_grants(self.gds, self.ingress, [tr.ssd_left > 0 for tr in self.active])
         rates = []
         for tr, g in zip(self.active, gds_rates):
@@ -121,8 +157,8 @@ class TransferCoordinator:
         return rates
 
     def next_event_time(self) -> float | None:
-        """When the next part (DRAM or SSD) of some transfer finishes at current rates."""
-        if not self.active:
+        """When the next part (DRAM or SSD) of some transfer, or a background stream, finishes at current rates."""
+        if not self.active and not self.background:
             return None
         return self._decide()[1]
 
@@ -136,24 +172,29 @@ class TransferCoordinator:
     def _next_finish(self, rates: list[tuple[float, float]]) -> float:
         best = math.inf
         now = self.now
+        w, p = self.background_rates
+        if w > 0:
+            best = now + self.write_left / w
+        if p > 0:
+            best = min(best, now + self.promo_left / p)
         for tr, (d, g) in zip(self.active, rates):
             if tr.dram_left > 0 and d > 0:
                 best = min(best, now + tr.dram_left / d)
             if tr.ssd_left > 0 and g > 0:
                 best = min(best, now + tr.ssd_left / g)
-        if best == math.inf and not any(tr.done for tr in self.active):
+        if best == math.inf and (self.active or self.background) and not any(tr.done for tr in self.active):
             raise RuntimeError("coordinator stalled: active transfers but no bandwidth allocated")
         return best
 
     def advance(self, until: float) -> list[tuple[int, float]]:
         """Integrate rates up to ``until``; return (req_id, completion time) of finished transfers.
 
-        Each step ends at the next part completion, where rates are re-decided; a part
-        whose computed finish time is that step's end is set to exactly zero, so every
-        step makes progress and completion times are exact up to float rounding.
+        Each step ends at the next part (or background stream) completion, where rates are
+        re-decided; a part whose computed finish time is that step's end is set to exactly zero,
+        so every step makes progress and completion times are exact up to float rounding.
         """
         finished: list[tuple[int, float]] = []
-        while self.active:
+        while self.active or self.background:
             if any(tr.done for tr in self.active):  # zero-byte parts finish on submission
                 finished.extend((tr.req_id, self.now) for tr in self.active if tr.done)
                 self.active = [tr for tr in self.active if not tr.done]
@@ -163,27 +204,41 @@ class TransferCoordinator:
             now = self.now
             if t_next > until:
                 dt = until - now
-                if dt == 0.0:  # nothing moves: the decision stands
+                if dt <= 0.0:  # nothing moves: the decision stands
                     break
                 self._decided = None
-                for tr, (d, g) in zip(self.active, rates):
-                    tr.dram_left = max(tr.dram_left - d * dt, 0.0) if d else tr.dram_left
-                    tr.ssd_left = max(tr.ssd_left - g * dt, 0.0) if g else tr.ssd_left
+                self._move(rates, dt, None)
                 self.now = until
                 if not any(tr.done for tr in self.active):
                     break
                 continue
-            dt = t_next - now
             self._decided = None
-            for tr, (d, g) in zip(self.active, rates):
-                if d and tr.dram_left > 0:
-                    tr.dram_left = 0.0 if now + tr.dram_left / d <= t_next else tr.dram_left - d * dt
-                if g and tr.ssd_left > 0:
-                    tr.ssd_left = 0.0 if now + tr.ssd_left / g <= t_next else tr.ssd_left - g * dt
+            self._move(rates, t_next - now, t_next)
             self.now = t_next
         if until != math.inf:
             self.now = max(self.now, until)
         return finished
+
+    def _move(self, rates: list[tuple[float, float]], dt: float, event_t: float | None) -> None:
+        """Move every part and background stream for ``dt`` at ``rates``; at an event (``event_t``) what
+        finishes by then is set to exactly zero."""
+        now = self.now
+
+        def left_after(left: float, rate: float) -> float:
+            if not rate or left <= 0:
+                return left
+            if event_t is not None and now + left / rate <= event_t:
+                return 0.0
+            return max(left - rate * dt, 0.0)
+
+        w, p = self.background_rates
+        if w and self.write_left > 0:
+            self.write_busy_s += dt
+        self.write_left = left_after(self.write_left, w)
+        self.promo_left = left_after(self.promo_left, p)
+        for tr, (d, g) in zip(self.active, rates):
+            tr.dram_left = left_after(tr.dram_left, d)
+            tr.ssd_left = left_after(tr.ssd_left, g)
 
     def drop(self, req_id: int) -> None:
         """Abandon a transfer: it finishes at the next ``advance`` with what it has moved."""

@@ -119,7 +119,10 @@ class WriteSequencer:
         fit; total writes stay within the computed content (write-through's minimum).
         """
         if not self.robust:
-            return [key] if self.admission.should_admit(node.E + evictions, node.R, event) else None
+            admission = self.admission
+            if admission.keyed:
+                return [key] if admission.admits_key(key, event) else None
+            return [key] if admission.should_admit(node.E + evictions, node.R, event) else None
         if self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
         if not self.admission.should_admit(node.E + evictions - node.e_spent, node.R, event):

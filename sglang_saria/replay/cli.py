@@ -39,7 +39,8 @@ DEFAULT_POLICIES = ["none", "full-duplicate", "eviction:E2"]
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="saria-replay", description=__doc__.splitlines()[0])
     add_replay_args(p)
-    p.add_argument("--policy", action="append", default=None, help=f"admission policy, repeatable (default {' '.join(DEFAULT_POLICIES)})")
+    p.add_argument("--policy", action="append", default=None, help=f"admission policy, repeatable (default {' '.join(DEFAULT_POLICIES)}); "
+                   "'oracle' is the clairvoyant write bound (reads the trace's future; several passes, docs/fidelity.md)")
     p.add_argument("--json", dest="json_path", default=None, help="write config + results JSON here")
     p.add_argument("--plot", default=None, help="write the write-vs-TTFT figure (PNG) here")
     p.add_argument("--report", default=None, metavar="DIR", help="write a Markdown report with tables and PNG figures into DIR")
@@ -71,8 +72,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-flight", type=int, default=4)
     p.add_argument("--prefill-tps", type=float, default=ReplaySettings.prefill_tokens_per_s,
                    help="the modelled GPU's computed prefill tokens per second (default: the paper's 6,500; "
-                        "the paper's load on the 350 WEKA sessions is 15950, docs/fidelity.md section 5; "
-                        "for planning, your GPU's rate)")
+                        "docs/fidelity.md sweeps 6,500-20,000 as a sensitivity analysis; for planning, your GPU's rate)")
+    p.add_argument("--ssd-write-gbps", type=float, default=ReplaySettings.ssd_write_gbps,
+                   help="the drives' write bandwidth; SSD writes take it out of the GDS read budget while they drain")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
     p.add_argument("--horizon", default="24h", help="24 h truncation: keep the requests recorded to arrive within this time of the replay start (a filter on the workload; every kept request is served, however long the replay runs)")
     p.add_argument("--no-progress", action="store_true")
@@ -122,6 +124,7 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
         seed=args.seed,
         in_flight=args.in_flight,
         prefill_tokens_per_s=args.prefill_tps,
+        ssd_write_gbps=args.ssd_write_gbps,
         horizon_s=parse_duration_s(args.horizon, "--horizon"),
     ).validate()
     context_limit = parse_count(args.context_limit, "--context-limit")

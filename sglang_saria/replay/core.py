@@ -24,6 +24,7 @@ from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.model_specs import ModelSpec
+from sglang_saria.replay import oracle  # noqa: F401  (registers the oracle policy: the core builds policies by name)
 from sglang_saria.replay.tiers import ReplayTierView, Tier
 
 # module constants: Enum class attributes cost ~10x a global lookup on the per-block paths
@@ -46,6 +47,8 @@ class Actions:
     dram_evictions: list[int] = field(default_factory=list)  # reclaim the node's DRAM copy
     ssd_evictions: list[int] = field(default_factory=list)  # delete the node's SSD copy
     promotions: list[int] = field(default_factory=list)  # copy SSD-hit node GPU -> DRAM after prefill
+    ssd_write_bytes: int = 0  # of ``ssd_writes``: the drive bandwidth the driver charges
+    promotion_bytes: int = 0  # of ``promotions``: the DRAM bandwidth the driver charges
 
 
 @dataclass
@@ -297,6 +300,7 @@ class SariaCore:
         if node.ck_loc >= 0:
             node.ck_loc |= SSD
         acts.ssd_writes.append(key)
+        acts.ssd_write_bytes += nbytes
         seq.written(event, nbytes)
         if self.admission.retunes_on_write:
             self._floors.clear()  # the write may have moved the thresholds
@@ -365,6 +369,7 @@ class SariaCore:
             if node.ck_loc >= 0:
                 node.ck_loc |= DRAM
             acts.promotions.append(k)
+            acts.promotion_bytes += nbytes
             self.stats.promoted_blocks += 1
 
     def _prewrite_scan(self, acts: Actions) -> None:

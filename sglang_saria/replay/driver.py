@@ -35,8 +35,9 @@ import xxhash
 from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import ModelSpec
-from sglang_saria.replay.core import SariaCore, WriteHook
+from sglang_saria.replay.core import Actions, SariaCore, WriteHook
 from sglang_saria.replay.metrics import RequestLog, summarize
+from sglang_saria.replay.oracle import FutureNeeds, NeedsRecorder, OracleAdmission, request_id
 from sglang_saria.replay.workload import dense_keys, truncate
 from sglang_saria.units import SECONDS_PER_DAY
 
@@ -61,6 +62,10 @@ class ReplaySettings:
     prefill_tokens_per_s: float = 6500.0
     horizon_s: float = 24 * 3600.0
     dwpd: float = 1.0
+    oracle_max_passes: int = 6  # ``oracle``: passes before it stops short of a fixed point
+    # the drives' write bandwidth; writes take it out of the GDS read budget while they drain
+    # (a TLC NVMe drive writes at about half its read rate: half of the paper's 20 GB/s)
+    ssd_write_gbps: float = 10.0
 
     def validate(self) -> "ReplaySettings":
         if self.in_flight < 1:
@@ -69,6 +74,10 @@ class ReplaySettings:
             raise ValueError(f"prefill_tokens_per_s={self.prefill_tokens_per_s}: must be > 0")
         if self.horizon_s <= 0:
             raise ValueError(f"horizon_s={self.horizon_s}: must be > 0")
+        if not self.ssd_write_gbps > 0:
+            raise ValueError(f"ssd_write_gbps={self.ssd_write_gbps}: must be > 0")
+        if self.oracle_max_passes < 1:
+            raise ValueError(f"oracle_max_passes={self.oracle_max_passes}: must be >= 1")
         return self
 
 
@@ -154,8 +163,13 @@ class ReplayRun:
         self.sessions, self.cfg, self.spec = sessions, cfg, spec
         self.core = SariaCore(cfg, spec)
         self.core.on_write = on_write
+        admission = self.core.admission
+        # the clairvoyant bound (replay/oracle.py): told which requests have begun, records what each wanted
+        self.oracle = admission if isinstance(admission, OracleAdmission) else None
+        self.needs = NeedsRecorder() if self.oracle is not None else None
         self.keys = _RequestKeys(sessions, self.core.metadata.checkpoint_stride)
-        self.coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode)
+        self.coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode, settings.ssd_write_gbps)
+        self.promoted_bytes = 0
         self.block_tokens = cfg.metadata.block_tokens
         self.log = RequestLog()
         self.events = _Events()
@@ -185,13 +199,19 @@ class ReplayRun:
         keys, achievable = self.keys.build(sid, ridx)
         self.block_events += len(keys)
         core = self.core
-        plan, _ = core.begin_request(keys, t)
+        if self.oracle is not None:
+            self.oracle.future.begun(request_id(sid, ridx))
+        plan, acts = core.begin_request(keys, t)
+        if self.needs is not None:
+            self.needs.record(request_id(sid, ridx), keys, plan.sources, achievable)
         d, s = core.plan_bytes(plan)
         computed = max(0, self.sessions[sid].requests[ridx].input_tokens - plan.n_blocks * self.block_tokens)
         rid = self.next_rid
         self.next_rid = rid + 1
         self.active[rid] = _Active(sid, ridx, keys, plan, issue_t, t, computed, achievable)
         self.in_flight += 1
+        if acts.ssd_write_bytes:  # reuse-triggered writes (asynchronous)
+            self.charge(acts, t)
         if d + s == 0:
             self.transfer_done(rid, t)
         else:
@@ -211,7 +231,9 @@ class ReplayRun:
         """First token: the core finishes the request, the session's next one is scheduled, waiters admitted."""
         a = self.active.pop(rid)
         plan = a.plan
-        self.core.finish_request(a.keys, plan, t)
+        acts = self.core.finish_request(a.keys, plan, t)
+        if acts.ssd_write_bytes or acts.promotion_bytes:
+            self.charge(acts, t)
         self.log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
                      done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=self.core.ssd.bytes_written,
                      queue_s=a.admit_t - a.issue_t)
@@ -224,6 +246,13 @@ class ReplayRun:
         while waiting and self.in_flight < self.settings.in_flight:
             wsid, wridx, issue_t = waiting.popleft()
             self.admit(wsid, wridx, t, issue_t)
+
+    def charge(self, acts: Actions, t: float) -> None:
+        """The core's writes and promotions take drive and DRAM bandwidth from ``t`` on (the coordinator's
+        background streams); they count in the tiers at once, nothing waits for them."""
+        self.promoted_bytes += acts.promotion_bytes
+        for done_rid, t_done in self.coord.submit_background(acts.ssd_write_bytes, acts.promotion_bytes, t):
+            self.transfer_done(done_rid, t_done)
 
     def loop(self, bar=None) -> bool:
         """Run every event in time order, transfer ends first on ties; True if Ctrl-C stopped it.
@@ -275,6 +304,8 @@ class ReplayRun:
             dwpd=self.settings.dwpd,
             drain_s=self.end_t,
             request_set=f"{self.served_digest & _DIGEST_MASK:016x}",
+            ssd_write_busy_s=self.coord.write_busy_s,
+            promoted_bytes=self.promoted_bytes,
         )
         logger.info("%s: %d requests, GPU prefill busy %.0f s of %.0f s", metrics["policy"], len(log), self.gpu_busy, self.end_t)
         return ReplayResult(metrics, log, core, self.end_t, self.block_events, self.gpu_busy, interrupted)
@@ -297,15 +328,44 @@ def replay(
     the core decides (diagnostics: ``scripts/fidelity.py --mechanism``). The core sees block
     keys renumbered by ``dense_keys`` (so do ``on_write`` and the returned core).
     """
-    run = ReplayRun(sessions, start_times, cfg, spec, settings or ReplaySettings(), on_write)
+    settings = settings or ReplaySettings()
+    if cfg.admission.policy == OracleAdmission.name:
+        return _replay_oracle(sessions, start_times, cfg, spec, settings, progress, label)
+    return _run(ReplayRun(sessions, start_times, cfg, spec, settings, on_write), progress, label or cfg.admission.policy)
+
+
+def _run(run: ReplayRun, progress: bool, label: str) -> ReplayResult:
+    """Loop one replay to its end (or Ctrl-C), with a progress bar if asked."""
     bar = None
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=run.truncation.requests, desc=label or cfg.admission.policy, unit="req", mininterval=0.5)
+        bar = tqdm(total=run.truncation.requests, desc=label, unit="req", mininterval=0.5)
     try:
         interrupted = run.loop(bar)
     finally:
         if bar is not None:
             bar.close()
     return run.result(label, interrupted)
+
+
+def _replay_oracle(sessions: Sequence["TraceSession"], start_times: Sequence[float], cfg: SariaConfig, spec: ModelSpec,
+                   settings: ReplaySettings, progress: bool, label: str | None) -> ReplayResult:
+    """The clairvoyant bound by iteration (replay/oracle.py): each pass writes for what every earlier pass's
+    requests wanted from below DRAM; the last pass is the result, with ``oracle_passes`` and
+    ``oracle_fixed_point`` (False: stopped at ``settings.oracle_max_passes`` with new wants left)."""
+    needs: dict[int, set[int]] = {}
+    label = label or cfg.admission.policy
+    for n in range(1, settings.oracle_max_passes + 1):
+        run = ReplayRun(sessions, start_times, cfg, spec, settings)
+        run.oracle.future = FutureNeeds.of(needs)
+        res = _run(run, progress, f"{label} pass {n}")
+        if res.interrupted:
+            break
+        added = run.needs.merge_into(needs)
+        logger.info("%s pass %d: CHAR %.3f, W/C %.2f, %d new (block, request) wants", label, n, res.metrics["char"],
+                    res.metrics["ssd_writes_norm"], added)
+        if added == 0:
+            break
+    res.metrics.update(policy=label, oracle_passes=n, oracle_fixed_point=added == 0)
+    return res

@@ -34,6 +34,8 @@ RESULT_KEYS = (
     "queue_mean_s",
     "queue_p90_s",
     "request_set",
+    "ssd_write_busy_frac",
+    "promoted_bytes",
 )
 
 
@@ -123,6 +125,8 @@ def summarize(
     dwpd: float = 1.0,
     drain_s: float = 0.0,
     request_set: str = "",
+    ssd_write_busy_s: float = 0.0,
+    promoted_bytes: int = 0,
 ) -> dict[str, float | int | str]:
     """The result record of one policy, with exactly ``RESULT_KEYS``. ``request_set`` names the
     requests scored (``same_requests`` compares it); ``drain_s`` is when the last one finished."""
@@ -159,6 +163,8 @@ def summarize(
         "queue_mean_s": float(queue.mean()) if len(queue) else 0.0,
         "queue_p90_s": float(np.percentile(queue, 90)) if len(queue) else 0.0,
         "request_set": request_set,
+        "ssd_write_busy_frac": ssd_write_busy_s / drain_s if drain_s else 0.0,  # the drive's time spent writing
+        "promoted_bytes": int(promoted_bytes),
     }
     assert tuple(out) == RESULT_KEYS
     return out

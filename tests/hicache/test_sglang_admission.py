@@ -146,6 +146,8 @@ def test_extra_config_errors_name_the_key_and_value():
         policy_config_from_extra({"admission": {"bogus": 1}})
     with pytest.raises(ConfigError, match="transfer.planner='gds-only' is a replay baseline"):
         policy_config_from_extra({"transfer": {"planner": "gds-only"}})
+    with pytest.raises(ConfigError, match="admission.policy='oracle' is the replay's clairvoyant bound"):
+        policy_config_from_extra({"admission": "oracle"})  # it reads the trace's future
     with pytest.raises(ConfigError, match="transfer.direct_reload='yes': expected true/false"):
         policy_config_from_extra({"transfer": {"direct_reload": "yes"}})
 

@@ -128,3 +128,45 @@ def test_real_time_pacer_spreads_the_dram_part_over_the_ssd_reads_when_coordinat
     # overlap: DRAM takes the link first, all of it is due with the first chunk.
     due = [pacer.pace_ssd(rid, done * GB) / GB for done in (1, 2, 3, 4)]
     assert due == pytest.approx(dram_due, rel=1e-9)
+
+
+def test_ssd_writes_take_the_drive_from_concurrent_reads():
+    # issue 25 item 4: 5 GB of writes at 10 GB/s drain in 0.5 s; a 15 GB SSD reload shares the
+    # 20 GB/s drive: 10 GB/s while the writes drain (5 GB), then 20 GB/s for the other 10 GB
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated", ssd_write_gbps=10)
+    c.submit_background(5 * GB, 0, 0.0)
+    c.submit(0, 0, 15 * GB, 0.0)
+    assert c.advance(float("inf")) == [(0, pytest.approx(0.5 + 0.5, rel=1e-12))]
+    assert c.write_left == 0 and c.write_busy_s == pytest.approx(0.5, rel=1e-12)
+
+
+def test_dram_pace_stays_the_configured_allowance_while_writes_drain():
+    # the coordinator's DRAM pace is B_ingress - B_gds (28 GB/s) whatever the writes leave to GDS
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated", ssd_write_gbps=10)
+    c.submit_background(100 * GB, 0, 0.0)
+    c.submit(0, 28 * GB, 10 * GB, 0.0)
+    assert c.allocate() == [(28 * GB, 10 * GB)]
+    assert c.background_rates == (10 * GB, 0.0)
+
+
+def test_promotions_take_what_dram_reads_leave_and_never_slow_them():
+    c = TransferCoordinator(BandwidthConfig(48, 20, 40), "coordinated")
+    c.submit_background(0, 12 * GB, 0.0)
+    c.submit(0, 28 * GB, 0, 0.0)  # DRAM-only: min(dram 40, ingress 48) = 40 GB/s, alone
+    assert c.allocate() == [(40 * GB, 0.0)]
+    assert c.background_rates == (0.0, 0.0)  # DRAM reads take all of B_dram: promotions wait
+    assert c.advance(float("inf")) == [(0, pytest.approx(0.7, rel=1e-12))]
+    assert c.promo_left == 0 and c.now == pytest.approx(0.7 + 12 / 40, rel=1e-12)
+
+
+def test_background_alone_drains_and_leaves_reads_their_full_rate():
+    c = TransferCoordinator(BandwidthConfig(48, 20, 48), "coordinated", ssd_write_gbps=10)
+    c.submit_background(2 * GB, 1 * GB, 0.0)
+    assert c.submit(0, 0, 20 * GB, 1.0) == []  # writes done at 0.2 s, promotion at 1/48 s
+    assert not c.background
+    assert c.advance(float("inf")) == [(0, pytest.approx(2.0, rel=1e-12))]
+
+
+def test_write_bandwidth_must_be_positive():
+    with pytest.raises(ValueError, match="ssd_write_gbps=0"):
+        TransferCoordinator(BandwidthConfig(), "coordinated", ssd_write_gbps=0)
