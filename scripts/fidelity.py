@@ -10,10 +10,13 @@ coordinated, the coordinator's fluid model), and ``fidelity_figures.py``'s 1, 3a
 14 and 15 (promotion ratio, with and without the bandwidth cap). Every replay
 of a figure runs on the identical workload (same sessions, same start times).
 
-Figure 10 on WEKA runs at two loads: the paper's nominal 6,500 prefill tokens/s, and the
-paper's load on these sessions (``paper_load_tps``: the GPU sped up by how much more KV
-these sessions carry than the paper's did), followed by the issue-13 target (E3 <= 0.5x
-full duplicate's writes at CHAR >= 0.93) per model and load.
+Figure 10 on WEKA runs at the paper's stated 6,500 prefill tokens/s on two session sets: the
+paper's 350 sessions, and the anchor set (``anchor_sessions``: the first K sessions, K by a rule
+fixed in advance, whose full duplicate writes no more than the paper's did). Then the issue-13
+target (E3 <= 0.5x full duplicate's writes at CHAR >= 0.93) per model and setting, met or unmet,
+with a GPU-speed sensitivity sweep (6,500-20,000 tokens/s, ``SWEEP_TPS``) that is not the
+paper's load; and every policy's writes as a multiple of the clairvoyant bound (``--policy
+oracle``) on both models and both session sets.
 
     python scripts/fidelity.py --json fidelity.json            # the full table (~30 replays)
     python scripts/fidelity.py --figures 10 --sessions 100     # a quick subset
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,69 +80,112 @@ FIG10 = {
 }
 
 
-def paper_load_tps(run: Runner, sessions: int | None) -> float:
-    """The modelled GPU speed at which these WEKA sessions load it as the paper's sessions did.
-
-    Full duplicate writes every distinct block it computes, so its writes measure a workload's
-    KV volume, and its prefill work with it. The paper's FD wrote at most
-    ``PAPER_FD_WRITES_MAX_C``; these sessions make FD write more (same capacities), so at
-    6,500 tokens/s they give the GPU that many times the paper's work per second. Speeding the
-    GPU up by the ratio gives the paper's load while keeping the sessions, their reuse and the
-    DRAM and SSD capacities. An upper bound of the paper's volume makes this a lower bound of
-    the speed: the heaviest load the paper's numbers allow. Rounded to 50 tokens/s, so that
-    ``saria-replay --prefill-tps`` repeats it.
-    """
-    fd = run(Setup(WEKA, "qwen3.5-9b", sessions))["ssd_writes_norm"]
-    return 50.0 * round(NOMINAL_TPS * max(1.0, fd / PAPER_FD_WRITES_MAX_C) / 50.0)
+# Issue 25 item 2: the anchor rule, stated before any replay ran. The paper's FD on WEKA wrote at most
+# PAPER_FD_WRITES_MAX_C at 6,500 tokens/s; the anchor set is the first K WEKA sessions in dataset order,
+# K the largest multiple of ANCHOR_STEP whose full duplicate (qwen3.5-9b, 6,500 tokens/s, 1M/10M tokens)
+# writes at most that, scanning K up from ANCHOR_STEP and stopping at the first K above it.
+ANCHOR_STEP = 10
+# The GPU-speed sensitivity sweep on the 350 sessions (the paper states 6,500; faster GPUs are not its load).
+SWEEP_TPS = (6500.0, 8500.0, 11500.0, 15950.0, 20000.0)
 
 
-def loads(run: Runner, sessions: int | None) -> dict[str, float]:
-    """Figure 10's WEKA loads: label -> prefill tokens/s (one, when these sessions are no heavier)."""
-    paper = paper_load_tps(run, sessions)
-    return {"nominal": NOMINAL_TPS} | ({"paper load": paper} if paper > NOMINAL_TPS else {})
+def anchor_sessions(run: Runner, limit: int) -> int:
+    """K of the anchor rule (above), at most ``limit``."""
+    k_ok = 0
+    for k in range(ANCHOR_STEP, limit + 1, ANCHOR_STEP):
+        if run(Setup(WEKA, "qwen3.5-9b", k))["ssd_writes_norm"] > PAPER_FD_WRITES_MAX_C:
+            break
+        k_ok = k
+    if k_ok == 0:
+        raise ValueError(f"no anchor set: the first {ANCHOR_STEP} WEKA sessions already make full duplicate write "
+                         f"more than {PAPER_FD_WRITES_MAX_C:.2f} C")
+    return k_ok
 
 
-def fig10(run: Runner, sessions: int | None, rules: tuple[str, ...]) -> list[Row]:
-    """End-to-end trade-off per workload and model, for each admission rule asked for; WEKA at
-    the nominal and the paper's load."""
+def session_sets(run: Runner, sessions: int) -> dict[str, int]:
+    """Figure 10's WEKA session sets: the paper's count and the anchor set, both at 6,500 tokens/s."""
+    anchor = anchor_sessions(run, sessions)
+    return {f"{sessions} sessions": sessions} | ({f"anchor: {anchor} sessions": anchor} if anchor < sessions else {})
+
+
+def fig10(run: Runner, sessions: int, rules: tuple[str, ...]) -> list[Row]:
+    """End-to-end trade-off per workload and model, for each admission rule asked for; WEKA on the
+    paper's session count and on the anchor set, all at the paper's 6,500 tokens/s."""
     rows = []
     for (workload, model), claims in FIG10.items():
         trace = WEKA if workload == "weka" else "synthetic"
-        n = sessions if workload == "weka" else (sessions or 350)
-        speeds = loads(run, sessions) if workload == "weka" else {"nominal": NOMINAL_TPS}
+        sets = session_sets(run, sessions) if workload == "weka" else {"": sessions or 350}
         note = "" if workload == "weka" else "synthetic sessions calibrated to TraceLab's statistics"
-        for load, tps in speeds.items():
-            at = "" if load == "nominal" else f" @{tps:,.0f} tok/s"
+        for label, n in sets.items():
+            at = f" [{label}]" if label else ""
             for rule in rules:
                 for claim, policy, metric, base, paper in claims:
-                    m = run(Setup(trace, model, n, policy=policy, rule=rule, prefill_tps=tps))
-                    b = run(Setup(trace, model, n, policy=base, rule=rule, prefill_tps=tps))
+                    m = run(Setup(trace, model, n, policy=policy, rule=rule))
+                    b = run(Setup(trace, model, n, policy=base, rule=rule))
                     rows.append(Row("10", f"{workload} {model}{at} [{rule}] {claim}", paper,
                                     rel_same(m, b, metric), note=note))
     return rows
 
 
-def e3_target(run: Runner, sessions: int | None) -> list[dict]:
-    """Issue 13's done-when per model and load: E3 (default rule) <= 0.5x FD's writes at CHAR >= 0.93."""
+def target_row(run: Runner, model: str, n: int, setting: str, tps: float) -> dict:
+    """Issue 13's target at one setting: E3 (default rule) <= 0.5x FD's writes at CHAR >= 0.93."""
+    fd = run(Setup(WEKA, model, n, prefill_tps=tps))
+    e3 = run(Setup(WEKA, model, n, policy="eviction:E3", prefill_tps=tps))
+    same_requests([fd, e3])
+    ratio = e3["ssd_write_bytes"] / fd["ssd_write_bytes"] if fd["ssd_write_bytes"] else 0.0
+    return {"model": model, "setting": setting, "sessions": n, "prefill_tps": round(tps),
+            "fd_writes_norm": fd["ssd_writes_norm"], "e3_writes_norm": e3["ssd_writes_norm"], "e3_vs_fd": ratio,
+            "e3_char": e3["char"], "met": ratio <= 0.5 and e3["char"] >= 0.93}
+
+
+def e3_target(run: Runner, sessions: int) -> list[dict]:
+    """The target on both models at the stated load (both session sets), then the sensitivity sweep."""
     out = []
     for model in MODELS:
-        for load, tps in loads(run, sessions).items():
-            fd = run(Setup(WEKA, model, sessions, prefill_tps=tps))
-            e3 = run(Setup(WEKA, model, sessions, policy="eviction:E3", prefill_tps=tps))
-            same_requests([fd, e3])
-            ratio = e3["ssd_write_bytes"] / fd["ssd_write_bytes"] if fd["ssd_write_bytes"] else 0.0
-            out.append({"model": model, "load": load, "prefill_tps": round(tps), "fd_writes_norm": fd["ssd_writes_norm"],
-                        "e3_writes_norm": e3["ssd_writes_norm"], "e3_vs_fd": ratio, "e3_char": e3["char"],
-                        "met": ratio <= 0.5 and e3["char"] >= 0.93})
+        for label, n in session_sets(run, sessions).items():
+            out.append(target_row(run, model, n, f"stated load, {label}", NOMINAL_TPS))
+        for tps in SWEEP_TPS[1:]:
+            out.append(target_row(run, model, sessions, f"sensitivity, {sessions} sessions", tps))
     return out
 
 
 def format_target(rows: list[dict]) -> str:
-    out = ["| model | load | prefill tok/s | FD W/C | E3 W/C | E3 / FD | E3 CHAR | <= 0.5x at >= 0.93 |",
+    out = ["| model | setting | prefill tok/s | FD W/C | E3 W/C | E3 / FD | E3 CHAR | <= 0.5x at >= 0.93 |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['model']} | {r['load']} | {r['prefill_tps']:,} | {r['fd_writes_norm']:.2f} | "
-                   f"{r['e3_writes_norm']:.2f} | {r['e3_vs_fd']:.3f}x | {r['e3_char']:.3f} | {'yes' if r['met'] else 'no'} |")
+        out.append(f"| {r['model']} | {r['setting']} | {r['prefill_tps']:,} | {r['fd_writes_norm']:.2f} | "
+                   f"{r['e3_writes_norm']:.2f} | {r['e3_vs_fd']:.3f}x | {r['e3_char']:.3f} | {'met' if r['met'] else 'unmet'} |")
+    return "\n".join(out)
+
+
+# Issue 25 item 3: every policy's writes as a multiple of the clairvoyant bound, per model and session set
+BOUND_POLICIES = ("none", "full-duplicate", "eviction:E2", "eviction:E3", "eviction:E5", "oracle")
+
+
+def oracle_bound(run: Runner, sessions: int) -> list[dict]:
+    """Writes over the oracle's (same requests, same capacities, 6,500 tokens/s) and CHAR against FD's."""
+    out = []
+    for model in MODELS:
+        for label, n in session_sets(run, sessions).items():
+            res = {p: run(Setup(WEKA, model, n, policy=p)) for p in BOUND_POLICIES}
+            same_requests(list(res.values()))
+            bound, fd = res["oracle"], res["full-duplicate"]
+            for p, m in res.items():
+                out.append({"model": model, "set": label, "policy": p, "writes_norm": m["ssd_writes_norm"],
+                            "vs_oracle": m["ssd_write_bytes"] / bound["ssd_write_bytes"] if bound["ssd_write_bytes"] else 0.0,
+                            "char": m["char"], "char_vs_fd": m["char"] - fd["char"], "ttft_mean_s": m["ttft_mean_s"],
+                            "drain_h": m["drain_s"] / 3600.0, "queue_mean_s": m["queue_mean_s"], "requests": m["requests"],
+                            "oracle_passes": bound["oracle_passes"], "oracle_fixed_point": bound["oracle_fixed_point"]})
+    return out
+
+
+def format_bound(rows: list[dict]) -> str:
+    out = ["| model | set | policy | requests | W/C | W / oracle W | CHAR | CHAR - FD's | mean TTFT s | drain h | queue s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['model']} | {r['set']} | {r['policy']} | {r['requests']:,} | {r['writes_norm']:.2f} | "
+                   f"{r['vs_oracle']:.2f}x | {r['char']:.3f} | {r['char_vs_fd']:+.3f} | {r['ttft_mean_s']:.2f} | "
+                   f"{r['drain_h']:.1f} | {r['queue_mean_s']:.0f} |")
     return "\n".join(out)
 
 
@@ -249,6 +296,33 @@ def format_mechanism(rows: list[dict]) -> str:
 FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": fig12, "16": fig16} | PAPER_FIGURES
 
 
+# docs/fidelity.md holds each table between ``<!-- fidelity:NAME -->`` and ``<!-- /fidelity -->``;
+# ``--update-doc`` rewrites them from the JSON, and a test checks the doc against docs/data/fidelity.json.
+DOC_TABLES: dict[str, Callable[[dict], str]] = {
+    "rows": lambda doc: format_rows([Row(**{k: v for k, v in r.items() if k != "same_direction"}) for r in doc["rows"]]),
+    "target": lambda doc: format_target(doc["e3_target"]),
+    "bound": lambda doc: format_bound(doc["oracle_bound"]),
+    "mechanism": lambda doc: format_mechanism(doc["mechanism"]),
+}
+_BLOCK = re.compile(r"(<!-- fidelity:(\w+) -->\n)(.*?)(<!-- /fidelity -->)", re.S)
+
+
+def doc_blocks(text: str) -> dict[str, str]:
+    """The generated tables of a Markdown text, by name."""
+    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
+
+
+def update_doc(text: str, doc: dict) -> str:
+    """``text`` with every generated table rendered anew from ``doc`` (the JSON of a run)."""
+    def fill(m: re.Match) -> str:
+        name = m.group(2)
+        if name not in DOC_TABLES:
+            raise ValueError(f"unknown generated table {name!r}; known: {', '.join(DOC_TABLES)}")
+        return f"{m.group(1)}{DOC_TABLES[name](doc)}\n{m.group(4)}"
+
+    return _BLOCK.sub(fill, text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--figures", default=",".join(FIGURES), help=f"comma-separated subset of {','.join(FIGURES)}")
@@ -256,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rules", default="robust,paper", help="admission rules for figure 10")
     p.add_argument("--mechanism", action="store_true", help="also print the write history per theta_E and rule")
     p.add_argument("--json", dest="json_path", default=None)
+    p.add_argument("--update-doc", default=None, metavar="MD",
+                   help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     figs = [f.strip() for f in args.figures.split(",") if f.strip()]
@@ -274,17 +350,30 @@ def main(argv: list[str] | None = None) -> int:
             rows += fn(run, args.sessions)
     print(format_rows(rows))
     target = e3_target(run, args.sessions) if "10" in figs else []
+    bound = oracle_bound(run, args.sessions) if "10" in figs else []
     if target:
         print()
         print(format_target(target))
+        print()
+        print(format_bound(bound))
     mech = mechanism(args.sessions) if args.mechanism else []
     if mech:
         print()
         print(format_mechanism(mech))
     if args.json_path:
         with open(args.json_path, "w") as fh:
-            json.dump({"sessions": args.sessions, "rows": [r.as_dict() for r in rows], "e3_target": target,
+            json.dump({"sessions": args.sessions, "anchor_sessions": anchor_sessions(run, args.sessions) if target else None,
+                       "rows": [r.as_dict() for r in rows], "e3_target": target, "oracle_bound": bound,
                        "mechanism": mech}, fh, indent=2)
+    if args.update_doc:
+        if not args.json_path:
+            p.error("--update-doc needs --json (the doc's tables are checked against that file)")
+        with open(args.json_path) as fh:
+            doc = json.load(fh)
+        with open(args.update_doc) as fh:
+            text = fh.read()
+        with open(args.update_doc, "w") as fh:
+            fh.write(update_doc(text, doc))
     return 0
 
 

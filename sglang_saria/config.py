@@ -42,6 +42,12 @@ class AdmissionConfig:
     budget_theta_max: int = 12  # theta_E as the window's budget runs out
     budget_reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only (reuse writes spend the budget early)
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
+    # auto (mem_cache/auto.py): write at the first DRAM eviction while more than this much prefill
+    # (seconds of GPU work) is queued, at the auto_theta_idle-th otherwise
+    auto_spend_backlog_s: float = 0.5
+    auto_theta_idle: int = 2
+    auto_tau_s: float = 600.0  # the load signal's smoothing time constant
+    auto_reuse_spend: int = 0  # a block reused this often is written at its first eviction, loaded or not (0: off)
 
     def validate(self, prefix: str = "admission") -> None:
         try:
@@ -56,6 +62,10 @@ class AdmissionConfig:
                f"must be >= 1 and <= budget_theta_max={self.budget_theta_max}")
         _check(self.budget_reuse_offset >= 0, f"{prefix}.budget_reuse_offset", self.budget_reuse_offset, "must be >= 0")
         _check(self.budget_capacity_bytes >= 0, f"{prefix}.budget_capacity_bytes", self.budget_capacity_bytes, "must be >= 0")
+        _check(self.auto_spend_backlog_s >= 0, f"{prefix}.auto_spend_backlog_s", self.auto_spend_backlog_s, "must be >= 0")
+        _check(self.auto_theta_idle >= 1, f"{prefix}.auto_theta_idle", self.auto_theta_idle, "must be >= 1")
+        _check(self.auto_tau_s > 0, f"{prefix}.auto_tau_s", self.auto_tau_s, "must be > 0")
+        _check(self.auto_reuse_spend >= 0, f"{prefix}.auto_reuse_spend", self.auto_reuse_spend, "must be >= 0")
 
 
 @dataclass
@@ -84,6 +94,9 @@ class PromotionConfig:
     mode: str = "saria"  # zero | half | full | saria
     ratio: float = 0.4
     p_tau_s: float = 60.0
+    # saria mode: cap r at 1 - B_gds / B_ingress (4.4: DRAM supplies only what GDS cannot); False replays the
+    # paper's Figure 15 sweep, whose r reaches 1 (scripts/fidelity_figures.py)
+    bandwidth_cap: bool = True
 
     def validate(self, prefix: str = "promotion") -> None:
         _check(self.mode in PROMOTION_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(PROMOTION_MODES)}")

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 from sglang_saria import policy_names
+from sglang_saria.mem_cache.hints import AgentHints
 
 if TYPE_CHECKING:
     from sglang_saria.config import AdmissionConfig
@@ -52,6 +53,8 @@ class AdmissionPolicy(ABC):
     retunes_on_write: bool = False
     #: whether it decides by block identity (``admits_key``) instead of counters: the replay's oracle
     keyed: bool = False
+    #: agents' hints the sequencer consults before the policy (``auto``), or None
+    hints: AgentHints | None = None
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}
@@ -72,6 +75,9 @@ class AdmissionPolicy(ABC):
 
     def on_clock(self, now: float) -> None:
         """The core's clock at each request call; only time-driven policies (budget) use it."""
+
+    def on_load(self, backlog_s: float, now: float) -> None:
+        """The driver's load signal at ``now`` (seconds of prefill queued on the GPU); only ``auto`` uses it."""
 
     def affords(self, extra_bytes: int) -> bool:
         """Pure: whether ``extra_bytes`` more than the admitted node itself (its unwritten prefix,

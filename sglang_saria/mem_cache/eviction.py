@@ -65,6 +65,10 @@ class LRUEviction(EvictionPolicy):
     def victim(self) -> int:
         return next(iter(self._order))
 
+    def demote(self, key: int) -> None:
+        """A resident key becomes the next victim (an agent said its session ended)."""
+        self._order.move_to_end(key, last=False)
+
     def __contains__(self, key: object) -> bool:
         return key in self._order
 

@@ -3,8 +3,9 @@
 After prefill of a request that loaded blocks from SSD, copy SSD-hit blocks (leading
 ones first) from GPU to DRAM until DRAM holds a share ``r_eff`` of the reused prefix,
 counting blocks already there. ``r_eff = min(r, max(0, 1 - B_gds / B_ingress))``: DRAM
-only supplies what GDS cannot. Promotion may displace a DRAM block only if it was not
-reused within ``P_tau`` and, under the robust admission rule, only if SSD holds it
+only supplies what GDS cannot (``promotion.bandwidth_cap = false`` lifts the bound,
+``r_eff = r``: the paper's Figure 15 sweep). Promotion may displace a DRAM block only if it
+was not reused within ``P_tau`` and, under the robust admission rule, only if SSD holds it
 (``may_displace``). Modes for the paper's comparisons: ``zero`` (GDS path, no replicas),
 ``half`` (fixed 50% target), ``full`` (every SSD hit), ``saria``.
 
@@ -30,11 +31,12 @@ class PromotionController:
     mode: str
     ratio: float
     p_tau_s: float
-    bandwidth_bound: float  # 1 - B_gds / B_ingress, clipped to [0, 1]
+    bandwidth_bound: float  # 1 - B_gds / B_ingress, clipped to [0, 1]; 1 when the config lifts the cap
 
     @classmethod
     def from_config(cls, cfg: PromotionConfig, bw: BandwidthConfig) -> "PromotionController":
-        return cls(cfg.mode, cfg.ratio, cfg.p_tau_s, max(0.0, 1.0 - bw.gds_gbps / bw.ingress_gbps))
+        bound = max(0.0, 1.0 - bw.gds_gbps / bw.ingress_gbps) if cfg.bandwidth_cap else 1.0
+        return cls(cfg.mode, cfg.ratio, cfg.p_tau_s, bound)
 
     @property
     def r_eff(self) -> float:

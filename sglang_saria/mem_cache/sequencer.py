@@ -48,6 +48,7 @@ class WriteSequencer:
         self.admission = admission
         self.robust = rule == "robust" and isinstance(admission, ThresholdAdmission)
         self.stats = stats if stats is not None else RuleStats()
+        self.hints = admission.hints  # agents' hints come before the policy (mem_cache/hints.py)
         self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
 
     # ------------------------------------------------------------------ events
@@ -118,15 +119,24 @@ class WriteSequencer:
         copy to write from (DRAM, or ``hbm``: the current request's GPU blocks) or the chain cannot
         fit; total writes stay within the computed content (write-through's minimum).
         """
+        hinted = False
+        hints = self.hints
+        if hints is not None:
+            if hints.ended(key):  # its session ended: it will not be read
+                hints.counts["skipped_writes"] += 1
+                return None
+            hinted = event is _EVICT and hints.returns_later(key)  # its session returns after DRAM gave it up
         if not self.robust:
             admission = self.admission
             if admission.keyed:
                 return [key] if admission.admits_key(key, event) else None
-            return [key] if admission.should_admit(node.E + evictions, node.R, event) else None
+            return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
         if self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
         if not self.admission.should_admit(node.E + evictions - node.e_spent, node.R, event):
-            return None
+            if not hinted:
+                return None
+            hints.counts["hinted_writes"] += 1
         chain = self._missing_prefix(view, key, hbm)
         if chain is None:
             self.stats.unusable_skipped += 1

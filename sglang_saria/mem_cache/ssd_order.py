@@ -23,7 +23,7 @@ its own lock.
 
 from __future__ import annotations
 
-from collections.abc import Container, Hashable, Sequence
+from collections.abc import Container, Hashable, Iterable, Sequence
 
 from sglang_saria.mem_cache.eviction import EvictionPolicy, make_eviction
 
@@ -64,6 +64,14 @@ class SSDVictimOrder:
         """Objects of one prefix (``keys`` head first, all held) were read or written together:
         touched deepest first, so the head is the most recent."""
         self.eviction.access_many(reversed(keys))
+
+    def demote(self, keys: Iterable[Hashable]) -> int:
+        """Held objects of ``keys`` become the first victims (their session ended); returns how many."""
+        ev = self.eviction
+        held = [k for k in keys if k in ev]
+        for k in held:  # each in front of the one before: the tail goes first, the head last, as everywhere
+            ev.demote(k)
+        return len(held)
 
     def victim(self, pinned: Container = ()) -> Hashable | None:
         """The next object to evict, passing over ``pinned`` ones; None when none is left."""

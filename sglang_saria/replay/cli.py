@@ -73,6 +73,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-tps", type=float, default=ReplaySettings.prefill_tokens_per_s,
                    help="the modelled GPU's computed prefill tokens per second (default: the paper's 6,500; "
                         "docs/fidelity.md sweeps 6,500-20,000 as a sensitivity analysis; for planning, your GPU's rate)")
+    p.add_argument("--hints", choices=("none", "end", "next"), default="none",
+                   help="agents' hints for policies that take them (auto): each session's end, or also each "
+                        "request's next arrival (clairvoyant)")
     p.add_argument("--ssd-write-gbps", type=float, default=ReplaySettings.ssd_write_gbps,
                    help="the drives' write bandwidth; SSD writes take it out of the GDS read budget while they drain")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
@@ -125,6 +128,7 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
         in_flight=args.in_flight,
         prefill_tokens_per_s=args.prefill_tps,
         ssd_write_gbps=args.ssd_write_gbps,
+        hints=args.hints,
         horizon_s=parse_duration_s(args.horizon, "--horizon"),
     ).validate()
     context_limit = parse_count(args.context_limit, "--context-limit")

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+HINT_MODES = ("none", "end", "next")
 _ISSUE = 0
 _COMPUTE_DONE = 1
 _DIGEST_MASK = (1 << 64) - 1
@@ -66,6 +67,9 @@ class ReplaySettings:
     # the drives' write bandwidth; writes take it out of the GDS read budget while they drain
     # (a TLC NVMe drive writes at about half its read rate: half of the paper's 20 GB/s)
     ssd_write_gbps: float = 10.0
+    # agents' hints the replay derives from the trace for policies that take them (``auto``): none, "end"
+    # (each session's end, as an agent would know it) or "next" (also each request's next arrival: clairvoyant)
+    hints: str = "none"
 
     def validate(self) -> "ReplaySettings":
         if self.in_flight < 1:
@@ -76,6 +80,8 @@ class ReplaySettings:
             raise ValueError(f"horizon_s={self.horizon_s}: must be > 0")
         if not self.ssd_write_gbps > 0:
             raise ValueError(f"ssd_write_gbps={self.ssd_write_gbps}: must be > 0")
+        if self.hints not in HINT_MODES:
+            raise ValueError(f"hints={self.hints!r}: must be one of {', '.join(HINT_MODES)}")
         if self.oracle_max_passes < 1:
             raise ValueError(f"oracle_max_passes={self.oracle_max_passes}: must be >= 1")
         return self
@@ -167,6 +173,7 @@ class ReplayRun:
         # the clairvoyant bound (replay/oracle.py): told which requests have begun, records what each wanted
         self.oracle = admission if isinstance(admission, OracleAdmission) else None
         self.needs = NeedsRecorder() if self.oracle is not None else None
+        self.hints = admission.hints if settings.hints != "none" else None
         self.keys = _RequestKeys(sessions, self.core.metadata.checkpoint_stride)
         self.coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode, settings.ssd_write_gbps)
         self.promoted_bytes = 0
@@ -201,6 +208,9 @@ class ReplayRun:
         core = self.core
         if self.oracle is not None:
             self.oracle.future.begun(request_id(sid, ridx))
+        if self.hints is not None:
+            self.hints.used(keys)
+        core.admission.on_load(self.gpu_free - t if self.gpu_free > t else 0.0, t)
         plan, acts = core.begin_request(keys, t)
         if self.needs is not None:
             self.needs.record(request_id(sid, ridx), keys, plan.sources, achievable)
@@ -231,12 +241,16 @@ class ReplayRun:
         """First token: the core finishes the request, the session's next one is scheduled, waiters admitted."""
         a = self.active.pop(rid)
         plan = a.plan
-        acts = self.core.finish_request(a.keys, plan, t)
+        core = self.core
+        core.admission.on_load(self.gpu_free - t if self.gpu_free > t else 0.0, t)
+        acts = core.finish_request(a.keys, plan, t)
         if acts.ssd_write_bytes or acts.promotion_bytes:
             self.charge(acts, t)
         self.log.add(plan.n_blocks, a.achievable, plan.uses_ssd, a.transfer_done_t - a.admit_t, t - a.admit_t,
                      done_s=t, ssd_hit=plan.ssd_blocks, ssd_bytes_written=self.core.ssd.bytes_written,
                      queue_s=a.admit_t - a.issue_t)
+        if self.hints is not None:
+            self.hint(a, t)
         self.served_digest += _xxh3(b"%d:%d" % (a.sid, a.ridx))
         self.in_flight -= 1
         self.end_t = t
@@ -246,6 +260,16 @@ class ReplayRun:
         while waiting and self.in_flight < self.settings.in_flight:
             wsid, wridx, issue_t = waiting.popleft()
             self.admit(wsid, wridx, t, issue_t)
+
+    def hint(self, a: _Active, t: float) -> None:
+        """What the agent would say after this request: its session ended, or (clairvoyant) when it returns."""
+        hints = self.hints
+        hints.on_clock(t)
+        if a.ridx + 1 >= self.truncation.kept[a.sid]:
+            hints.session_end(a.keys)
+            self.core.ssd_order.demote(a.keys)
+        elif self.settings.hints == "next":
+            hints.expect_return(a.keys, self.sessions[a.sid].requests[a.ridx + 1].idle_before_s)
 
     def charge(self, acts: Actions, t: float) -> None:
         """The core's writes and promotions take drive and DRAM bandwidth from ``t`` on (the coordinator's

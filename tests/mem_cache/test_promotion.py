@@ -2,11 +2,12 @@
 
 import pytest
 
-from sglang_saria.config import BandwidthConfig, PromotionConfig
+from sglang_saria.config import BandwidthConfig, PromotionConfig, SariaConfig
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import WriteSequencer
+from sglang_saria.replay.core import SariaCore
 
 from tests.mem_cache.helpers import make_core, run_request
 
@@ -19,6 +20,26 @@ def test_r_eff_is_bounded_by_the_bandwidth_dram_must_supply():
     assert PromotionController.from_config(PromotionConfig("half", 0.8), bw).r_eff == 0.5
     assert PromotionController.from_config(PromotionConfig("full", 0.1), bw).r_eff == 1.0
     assert PromotionController.from_config(PromotionConfig("zero", 0.9), bw).r_eff == 0.0
+
+
+def test_lifting_the_bandwidth_cap_promotes_up_to_r_itself():
+    """Figure 15 sweeps r to 1: with ``bandwidth_cap`` off, r_eff = r above 1 - B_gds/B_ingress."""
+    bw = BandwidthConfig(48, 20, 48)
+    uncapped = PromotionConfig("saria", 0.8, bandwidth_cap=False)
+    assert PromotionController.from_config(uncapped, bw).r_eff == 0.8
+    assert PromotionController.from_config(PromotionConfig("saria", 1.0, bandwidth_cap=False), bw).r_eff == 1.0
+    assert PromotionController.from_config(PromotionConfig("saria", 0.3, bandwidth_cap=False), bw).r_eff == 0.3
+    assert PromotionController.from_config(PromotionConfig("zero", 0.8, bandwidth_cap=False), bw).r_eff == 0.0
+
+
+def test_uncapped_promotion_replicates_r_of_the_prefix_in_the_core():
+    capped = make_core("full-duplicate", dram_blocks=32, ssd_blocks=32, promotion="saria", ratio=0.8)
+    d = capped.cfg.to_dict()
+    d["promotion"]["bandwidth_cap"] = False  # as a server's extra-config would say it
+    core = SariaCore(SariaConfig.from_dict(d, source="test"), capped.spec)
+    keys = _ssd_only_prefix(core, 12)
+    _, _, acts = run_request(core, keys, 100.0)
+    assert sorted(acts.promotions) == keys[:10]  # ceil(0.8 * 12) = 10, not the capped 7
 
 
 def _ssd_only_prefix(core, n, t=0.0):

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     cfgs = [build_config(args, p) for p in policies]
     settings = ReplaySettings(
         window_s=parse_duration_s(args.window, "--window"), seed=args.seed, in_flight=args.in_flight,
-        prefill_tokens_per_s=args.prefill_tps, ssd_write_gbps=args.ssd_write_gbps,
+        prefill_tokens_per_s=args.prefill_tps, ssd_write_gbps=args.ssd_write_gbps, hints=args.hints,
         horizon_s=parse_duration_s(args.horizon, "--horizon"),
     ).validate()
     sessions = load_trace(args.trace, cfgs[0].metadata.block_tokens, max_sessions=args.sessions)

@@ -1,0 +1,188 @@
+#!/usr/bin/env python
+"""`auto` admission against every fixed policy, the write budget and the clairvoyant bound (issue 26).
+
+For each workload, model and modelled GPU speed, every policy replays the same sessions (same
+requests, same capacities; ``same_requests`` refuses anything else): ``auto``, ``auto`` with the
+end-of-session hints an agent would send (``end``) and with clairvoyant return hints (``next``),
+the fixed eviction thresholds, ``budget:<DWPD>`` and ``auto:<DWPD>`` at the same rating, full
+duplicate and the oracle bound. Then the issue's two checks, stated as met or unmet per setting:
+
+- budget: ``auto:<DWPD>`` writes within its window, with CHAR >= the best fixed threshold that
+  stays within the same budget over the replayed days;
+- bound: where FD keeps CHAR >= 0.95, ``auto`` writes <= 1.5x the oracle at CHAR within 0.02 of FD's.
+
+    python scripts/admission_sweep.py --json docs/data/admission.json --plot docs/admission.png
+    python scripts/admission_sweep.py --sessions 40 --loads 6500 --models qwen3-8b   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
+from sglang_saria.model_specs import get_model_spec
+from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.units import SECONDS_PER_DAY
+
+SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+WORKLOADS = {"weka": f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}", "synthetic": "synthetic"}
+FIXED = ("eviction:E1", "eviction:E2", "eviction:E3", "eviction:E5")
+# (policy, hints) in table order; budget policies are added per rating
+POLICIES = [("none", "none"), ("full-duplicate", "none"), *[(p, "none") for p in FIXED],
+            ("auto", "none"), ("auto", "end"), ("auto", "next"), ("oracle", "none")]
+
+
+@dataclass(frozen=True)
+class Setting:
+    workload: str
+    model: str
+    tps: float
+    sessions: int
+
+
+def run_setting(s: Setting, dwpd: float, progress: bool) -> list[dict]:
+    """Every policy on one setting; each row carries what the checks need."""
+    spec = get_model_spec(s.model)
+    bt = spec.default_block_tokens
+    sessions = apply_limits(load_trace(WORKLOADS[s.workload], bt, max_sessions=s.sessions))
+    policies = POLICIES + [(f"budget:{dwpd:g}", "none"), (f"auto:{dwpd:g}", "none")]
+    rows = []
+    for policy, hints in tqdm(policies, desc=f"{s.workload} {s.model} {s.tps:.0f}", disable=not progress, leave=False):
+        settings = ReplaySettings(prefill_tokens_per_s=s.tps, hints=hints, dwpd=dwpd)
+        cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=MetadataConfig(block_tokens=bt)).validate()
+        res = replay(sessions, session_starts(sessions, settings.window_s, settings.seed), cfg, spec, settings)
+        m = res.metrics
+        capacity = cfg.capacity.ssd_tokens * spec.kv_bytes_per_token
+        window_peak = _peak_window(res.log, SECONDS_PER_DAY) / capacity
+        rows.append({"workload": s.workload, "model": s.model, "prefill_tps": s.tps, "policy": policy, "hints": hints,
+                     "requests": m["requests"], "request_set": m["request_set"], "writes_norm": m["ssd_writes_norm"],
+                     "budget_norm": m["write_budget_norm"], "peak_day_norm": window_peak, "char": m["char"],
+                     "ttft_mean_s": m["ttft_mean_s"], "ttft_p90_s": m["ttft_p90_s"],
+                     "oracle_passes": m.get("oracle_passes", 0)})
+    same_requests([{"policy": r["policy"], "requests": r["requests"], "request_set": r["request_set"]} for r in rows])
+    oracle = next(r for r in rows if r["policy"] == "oracle")["writes_norm"]
+    fd_char = next(r for r in rows if r["policy"] == "full-duplicate")["char"]
+    for r in rows:  # no write needed and none made: at the bound
+        r["vs_oracle"] = r["writes_norm"] / oracle if oracle else (1.0 if r["writes_norm"] == 0 else float("inf"))
+        r["char_vs_fd"] = r["char"] - fd_char
+    return rows
+
+
+def _peak_window(log, window_s: float) -> float:
+    from sglang_saria.replay.metrics import peak_window_bytes
+
+    return peak_window_bytes(log.done_s, log.ssd_bytes_written, window_s)
+
+
+def checks(rows: list[dict], dwpd: float) -> list[dict]:
+    """The issue's two checks per setting, met or unmet as measured."""
+    out = []
+    keys = sorted({(r["workload"], r["model"], r["prefill_tps"]) for r in rows})
+    for key in keys:
+        at = {(r["policy"], r["hints"]): r for r in rows if (r["workload"], r["model"], r["prefill_tps"]) == key}
+        fd, auto, capped = at["full-duplicate", "none"], at["auto", "none"], at[f"auto:{dwpd:g}", "none"]
+        day_budget = dwpd  # the rating's bytes per day, in capacities
+        within = [r for (p, h), r in at.items() if p in FIXED and r["peak_day_norm"] <= day_budget]
+        best_fixed = max((r["char"] for r in within), default=0.0)
+        out.append({
+            "workload": key[0], "model": key[1], "prefill_tps": key[2],
+            "auto_budget_peak_day": capped["peak_day_norm"], "auto_budget_char": capped["char"],
+            "best_fixed_within_char": best_fixed,
+            "budget_met": capped["peak_day_norm"] <= day_budget * 1.001 and capped["char"] >= best_fixed,
+            "fd_char": fd["char"], "auto_vs_oracle": auto["vs_oracle"], "auto_char_vs_fd": auto["char_vs_fd"],
+            "auto_end_vs_oracle": at["auto", "end"]["vs_oracle"], "auto_end_char_vs_fd": at["auto", "end"]["char_vs_fd"],
+            "bound_met": None if fd["char"] < 0.95 else (auto["vs_oracle"] <= 1.5 and auto["char_vs_fd"] >= -0.02),
+        })
+    return out
+
+
+def format_rows(rows: list[dict]) -> str:
+    out = ["| workload | model | tok/s | policy | hints | W/C | peak day / C | W / oracle | CHAR | CHAR - FD | TTFT s | P90 s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['workload']} | {r['model']} | {r['prefill_tps']:,.0f} | {r['policy']} | {r['hints']} | "
+                   f"{r['writes_norm']:.2f} | {r['peak_day_norm']:.2f} | {r['vs_oracle']:.2f}x | {r['char']:.3f} | "
+                   f"{r['char_vs_fd']:+.3f} | {r['ttft_mean_s']:.2f} | {r['ttft_p90_s']:.2f} |")
+    return "\n".join(out)
+
+
+def format_checks(rows: list[dict]) -> str:
+    def verdict(v):
+        return "-" if v is None else ("met" if v else "**unmet**")
+
+    out = ["| workload | model | tok/s | auto:R peak day / C | its CHAR | best fixed within | budget check | FD CHAR | "
+           "auto W / oracle | auto CHAR - FD | + end hints W / oracle | CHAR - FD | bound check |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in rows:
+        out.append(f"| {c['workload']} | {c['model']} | {c['prefill_tps']:,.0f} | {c['auto_budget_peak_day']:.2f} | "
+                   f"{c['auto_budget_char']:.3f} | {c['best_fixed_within_char']:.3f} | {verdict(c['budget_met'])} | "
+                   f"{c['fd_char']:.3f} | {c['auto_vs_oracle']:.2f}x | {c['auto_char_vs_fd']:+.3f} | "
+                   f"{c['auto_end_vs_oracle']:.2f}x | {c['auto_end_char_vs_fd']:+.3f} | {verdict(c['bound_met'])} |")
+    return "\n".join(out)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """Writes against mean TTFT, one panel per (workload, model), one marker per load."""
+    from sglang_saria.replay.plot import pyplot, save_figure
+
+    plt = pyplot()
+    panels = sorted({(r["workload"], r["model"]) for r in rows})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 4.0), squeeze=False)
+    for ax, (wl, model) in zip(axes[0], panels):
+        for tps in sorted({r["prefill_tps"] for r in rows}):
+            pts = [r for r in rows if (r["workload"], r["model"], r["prefill_tps"]) == (wl, model, tps) and r["policy"] != "none"]
+            ax.scatter([r["ttft_mean_s"] for r in pts], [r["writes_norm"] for r in pts], s=18, label=f"{tps:,.0f} tok/s")
+            for r in pts:
+                label = r["policy"] + ("" if r["hints"] == "none" else f"+{r['hints']}")
+                ax.annotate(label, (r["ttft_mean_s"], r["writes_norm"]), fontsize=6, xytext=(3, 2), textcoords="offset points")
+        ax.set_title(f"{wl} {model}", fontsize=9)
+        ax.set_xlabel("mean TTFT (s, modelled)")
+        ax.set_ylabel("SSD writes / capacity")
+        ax.legend(fontsize=7)
+    save_figure(fig, None, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workloads", default="weka,synthetic")
+    p.add_argument("--models", default="qwen3.5-9b,qwen3-8b")
+    p.add_argument("--loads", default="6500,20000", help="modelled GPU prefill tokens/s")
+    p.add_argument("--sessions", type=int, default=350)
+    p.add_argument("--dwpd", type=float, default=8.0,
+                   help="the drive rating of the budget:/auto: rows (8: the first rating within which a fixed threshold, "
+                        "E2, fits on the 350 WEKA sessions at 6,500 tokens/s, so the budget check compares something)")
+    p.add_argument("--json", dest="json_path")
+    p.add_argument("--plot")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        p.error(f"--workloads: unknown {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
+    settings = [Setting(w, m, float(t), args.sessions) for w in args.workloads.split(",")
+                for m in args.models.split(",") for t in args.loads.split(",")]
+    rows = []
+    for s in tqdm(settings, desc="settings", disable=args.no_progress):
+        rows += run_setting(s, args.dwpd, not args.no_progress)
+    found = checks(rows, args.dwpd)
+    print(format_rows(rows))
+    print()
+    print(format_checks(found))
+    if args.json_path:
+        with open(args.json_path, "w") as fh:
+            json.dump({"sessions": args.sessions, "dwpd": args.dwpd, "rows": rows, "checks": found}, fh, indent=2)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

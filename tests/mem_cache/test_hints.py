@@ -1,0 +1,79 @@
+"""Agents' hints (issue 26): an ended session's blocks are never written and leave SSD first; a block
+whose session returns after DRAM gave it up is written at that eviction; hints are bounded."""
+
+from sglang_saria.mem_cache.admission import AdmissionEvent
+from sglang_saria.mem_cache.auto import AutoAdmission, LoadParams
+from sglang_saria.mem_cache.hints import AgentHints, HintLimits
+from sglang_saria.mem_cache.metadata import DRAM, ContextNode
+from sglang_saria.mem_cache.sequencer import WriteSequencer
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+
+
+class _View:
+    """A flat tier view: every key a root child in DRAM, one token, one byte."""
+
+    hybrid = False
+    ssd_capacity_tokens = 1_000
+
+    def parent(self, key):
+        return None
+
+    def location(self, key):
+        return DRAM
+
+    def has_checkpoint(self, key):
+        return False
+
+    def size(self, key):
+        return 1, 1
+
+    def computed_bytes(self):
+        return 1_000
+
+
+def _sequencer() -> tuple[WriteSequencer, AgentHints]:
+    auto = AutoAdmission(LoadParams())  # idle: theta_E 2
+    auto.on_load(0.0, 0.0)
+    return WriteSequencer(auto, "robust"), auto.hints
+
+
+def test_an_ended_sessions_blocks_are_never_written():
+    seq, hints = _sequencer()
+    node = ContextNode(0.0, False)
+    node.E = 5
+    assert seq.evict(_View(), 1, node) == [1]
+    hints.session_end([1])
+    assert seq.evict(_View(), 1, node) is None and hints.counts["skipped_writes"] == 1
+    hints.used([1])  # a request uses the block again: it is live
+    assert seq.evict(_View(), 1, node) == [1]
+
+
+def test_a_block_whose_session_returns_is_written_at_its_first_eviction():
+    seq, hints = _sequencer()
+    node = ContextNode(0.0, False)
+    assert seq.evict(_View(), 7, node) is None  # idle auto writes at E2
+    hints.on_clock(100.0)
+    hints.expect_return([7], after_s=30.0)
+    assert seq.evict(_View(), 7, node) == [7] and hints.counts["hinted_writes"] == 1
+    assert seq.admission.thresholds(AdmissionEvent.EVICT)[1] <= 1  # the core asks for E1 blocks while hints wait
+    hints.on_clock(131.0)  # past its return: no longer a reason
+    assert seq.evict(_View(), 7, node) is None
+
+
+def test_hints_are_bounded_and_a_return_is_capped():
+    hints = AgentHints(HintLimits(max_keys=3, max_return_s=60.0))
+    hints.expect_return([1, 2], after_s=10**9)
+    hints.session_end([3, 4])
+    assert len(hints) == 3 and hints.counts["dropped"] == 1
+    hints.on_clock(59.0)
+    assert hints.returns_later(2)
+    hints.on_clock(61.0)
+    assert not hints.returns_later(2)
+
+
+def test_ended_blocks_become_the_first_ssd_victims_tail_first():
+    order = SSDVictimOrder()
+    for k in (1, 2, 3, 10, 11, 12):
+        order.written(k)
+    assert order.demote([10, 11, 12, 99]) == 3  # a prefix, head first; 99 is not held
+    assert order.order() == [12, 11, 10, 1, 2, 3]

@@ -1,0 +1,58 @@
+"""`auto` in the replay (issue 26): the modelled GPU's backlog drives the threshold, hints derived from
+the trace skip the writes of ended sessions, and every variant serves the same requests."""
+
+import pytest
+
+from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
+from sglang_saria.model_specs import get_model_spec
+from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.workload import apply_limits, session_starts
+
+SPEC = get_model_spec("qwen3-8b")
+BT = SPEC.default_block_tokens
+
+
+@pytest.fixture(scope="module")
+def sessions(shared_dir):
+    return apply_limits(load_trace(f"weka:{shared_dir / 'traces' / 'weka-cc'}", BT, max_sessions=20))
+
+
+def run(sessions, policy="auto", **settings):
+    s = ReplaySettings(window_s=7200.0, **settings)
+    cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=MetadataConfig(block_tokens=BT),
+                      capacity=CapacityConfig(dram_tokens=150_000, ssd_tokens=2_000_000)).validate()
+    return replay(sessions, session_starts(sessions, s.window_s, s.seed), cfg, SPEC, s)
+
+
+def test_a_loaded_gpu_spends_writes_an_idle_one_saves_them(sessions):
+    loaded = run(sessions, prefill_tokens_per_s=800.0)  # recomputation queues for minutes
+    idle = run(sessions, prefill_tokens_per_s=200_000.0)
+    same_requests([loaded.metrics, idle.metrics])
+    assert loaded.core.admission.decisions["spend"] > 0
+    assert idle.core.admission.decisions["spend"] == 0 and idle.core.admission.decisions["save"] > 0
+    # idle, auto is E2; loaded, it writes at least as early as E2 would
+    e2_idle = run(sessions, "eviction:E2", prefill_tokens_per_s=200_000.0)
+    assert idle.metrics["ssd_write_bytes"] == e2_idle.metrics["ssd_write_bytes"]
+
+
+def test_end_hints_skip_the_writes_of_ended_sessions(sessions):
+    plain = run(sessions)
+    ended = run(sessions, hints="end")
+    same_requests([plain.metrics, ended.metrics])
+    counts = ended.core.admission.hints.counts
+    assert 0 < counts["end"] <= len(sessions) and counts["skipped_writes"] > 0  # sessions with a request kept
+    assert ended.metrics["ssd_write_bytes"] < plain.metrics["ssd_write_bytes"]
+    assert plain.core.admission.hints.counts["end"] == 0  # no hints unless asked
+
+
+def test_clairvoyant_return_hints_bring_writes_forward(sessions):
+    nxt = run(sessions, hints="next")
+    counts = nxt.core.admission.hints.counts
+    assert counts["expect_return"] > 0 and counts["hinted_writes"] > 0
+
+
+def test_hints_are_refused_by_name_when_unknown():
+    with pytest.raises(ValueError, match="hints='soon'"):
+        ReplaySettings(hints="soon").validate()
