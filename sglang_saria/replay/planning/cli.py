@@ -59,6 +59,12 @@ def format_plan(plan: dict[str, Any]) -> str:
     else:
         lines.append(f"no policy fits the write budget; closest: {rec['policy']} writes {_tb(rec['ssd_write_bytes'])} TB = "
                      f"{rec['ssd_write_bytes'] / budget:.2f}x the budget (raise thresholds, add drives or a higher DWPD rating)")
+    if plan.get("auto"):
+        a, f = plan["auto"]["auto"], plan["auto"]["best_fixed"]
+        fixed = (f"best fixed threshold within budget: {f['policy']}, writes {f['ssd_write_bytes'] / budget:.2f} of budget, "
+                 f"CHAR {f['char']:.3f}" if f else "no fixed threshold fits the budget")
+        lines.append(f"auto (needs only the drives' rating): {a['policy']}, writes {a['ssd_write_bytes'] / budget:.2f} of "
+                     f"budget, CHAR {a['char']:.3f}; {fixed}")
     return "\n".join(lines)
 
 
@@ -114,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dwpd", action="append", default=None, help="drive writes per day rating; once, or once per drive")
     p.add_argument("--years", action="append", default=None, help="rating period in years; once, or once per drive")
     p.add_argument("--drives", type=int, default=1, help="number of copies of the drive list in the pool")
-    p.add_argument("--no-controller", action="store_true", help="do not add the budget:<DWPD> online controller to the sweep")
+    p.add_argument("--no-controller", action="store_true", help="do not add the online controllers (budget:<DWPD>, auto:<DWPD>) to the sweep")
     p.add_argument("--load-step", default=None,
                    help="second session-start window after --window (e.g. --window 40m --load-step 10m): a load step")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel replay processes (default: CPU count)")
@@ -139,7 +145,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         args.ssd_tokens = str(pool_bytes // spec.kv_bytes_per_token)
     policies = list(dict.fromkeys(["full-duplicate", *(args.policy or DEFAULT_SWEEP)]))
     if not args.no_controller:
-        policies.append(f"budget:{dwpd_eff:g}")
+        policies += [f"budget:{dwpd_eff:g}", f"auto:{dwpd_eff:g}"]
     cfgs = [build_config(args, p) for p in policies]
     settings = ReplaySettings(
         window_s=parse_duration_s(args.window, "--window"), seed=args.seed, in_flight=args.in_flight,

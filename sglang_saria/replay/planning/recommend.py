@@ -106,4 +106,15 @@ def build_plan(results: list[dict], budget_bytes: float) -> dict[str, Any]:
     )
     best, _ = recommend(points)
     rec = {k: best[k] for k in ("policy", "ssd_write_bytes", "within_budget", "char_p25_bad", "ttft_mean_s")}
-    return {"budget_bytes": float(budget_bytes), "recommendation": rec, "points": points}
+    return {"budget_bytes": float(budget_bytes), "recommendation": rec, "points": points, "auto": auto_vs_fixed(points)}
+
+
+def auto_vs_fixed(points: list[dict]) -> dict[str, Any] | None:
+    """``auto:<DWPD>`` (the operator's default: it needs only the drives' rating) next to the best fixed
+    threshold within the same budget (highest CHAR; ties: fewer writes); None if ``auto`` was not swept."""
+    auto = next((p for p in points if p["policy"].startswith("auto")), None)
+    if auto is None:
+        return None
+    fixed = [p for p in points if p["within_budget"] and p["policy"].startswith(("eviction:", "reuse:", "combined:"))]
+    best = max(fixed, key=lambda p: (p["char"], -p["ssd_write_bytes"]), default=None)
+    return {"auto": auto, "best_fixed": best}

@@ -37,10 +37,10 @@ def test_json_has_exactly_the_issue_shape(tmp_path, capsys):
                "--json", str(out), "--plot", str(png)])
     assert rc == 0
     d = json.loads(out.read_text())
-    assert list(d) == ["budget_bytes", "recommendation", "points"]
+    assert list(d) == ["budget_bytes", "recommendation", "points", "auto"]
     assert list(d["recommendation"]) == ["policy", "ssd_write_bytes", "within_budget", "char_p25_bad", "ttft_mean_s"]
     assert [p["policy"] for p in d["points"]] != [] and all(tuple(p) == POINT_KEYS for p in d["points"])
-    assert {p["policy"] for p in d["points"]} == {"full-duplicate", "eviction:E2", "eviction:E4", "budget:1"}
+    assert {p["policy"] for p in d["points"]} == {"full-duplicate", "eviction:E2", "eviction:E4", "budget:1", "auto:1"}
     writes = [p["ssd_write_bytes"] for p in d["points"]]
     assert writes == sorted(writes)
     for p in d["points"]:
@@ -51,6 +51,13 @@ def test_json_has_exactly_the_issue_shape(tmp_path, capsys):
     assert rec["within_budget"] and rec["ttft_mean_s"] == min(p["ttft_mean_s"] for p in feasible)
     text = capsys.readouterr().out
     assert "recommendation:" in text and "Table 1 arithmetic" in text and "C_min" in text and "lifetime" in text
+    # auto next to the best fixed threshold within the same budget (issue 26 item 5)
+    assert d["auto"]["auto"]["policy"] == "auto:1" and "auto (needs only the drives' rating): auto:1" in text
+    fixed_within = [p for p in d["points"] if p["policy"].startswith("eviction:") and p["within_budget"]]
+    best = d["auto"]["best_fixed"]
+    assert (best is None) == (not fixed_within)
+    if best is not None:
+        assert best["char"] == max(p["char"] for p in fixed_within)
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 5000
 
 
@@ -152,5 +159,5 @@ def test_load_step_flag_and_drive_pool(tmp_path):
                "--policy", "eviction:E2", "--jobs", "1", "--json", str(out)])
     assert rc == 0
     d = json.loads(out.read_text())
-    assert {p["policy"] for p in d["points"]} == {"full-duplicate", "eviction:E2", "budget:2"}
+    assert {p["policy"] for p in d["points"]} == {"full-duplicate", "eviction:E2", "budget:2", "auto:2"}
     assert next(p for p in d["points"] if p["policy"] == "budget:2")["within_budget"]
