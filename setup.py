@@ -9,7 +9,7 @@ setup(
     packages=find_packages(include=["sglang_saria", "sglang_saria.*"]),
     python_requires=">=3.11",
     install_requires=["numpy", "tqdm", "xxhash", "msgspec"],
-    extras_require={"sglang": ["sglang==0.5.23"]},
+    extras_require={"sglang": ["sglang==0.5.23"], "cluster": ["sglang-router==0.3.2"]},
     entry_points={
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
