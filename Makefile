@@ -16,9 +16,11 @@ models: setup $(MODELS)
 demo: models
 	@$(PY) -m sglang_saria.demo
 
-# Two pytest-xdist workers, one test file at a time each (a file's servers start once): a
-# server test leaves part of a 2-core machine idle (process startup, waits for the store).
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers, one test file at a time each (a file's servers start once): a
+# server test leaves part of the 2-core machine idle (process startup, waits for the store, kill
+# and restart loops), so a third worker fills those gaps (tests/conftest.py lowers SGLang's host
+# memory reserve so three workers' servers fit, patch 015).
+TEST_WORKERS ?= 3
 
 test: models
 	@$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile --durations=15

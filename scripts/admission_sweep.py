@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
+from fidelity_runs import md_table
+
 from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
@@ -106,28 +108,24 @@ def checks(rows: list[dict], dwpd: float) -> list[dict]:
 
 
 def format_rows(rows: list[dict]) -> str:
-    out = ["| workload | model | tok/s | policy | hints | W/C | peak day / C | W / oracle | CHAR | CHAR - FD | TTFT s | P90 s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['workload']} | {r['model']} | {r['prefill_tps']:,.0f} | {r['policy']} | {r['hints']} | "
-                   f"{r['writes_norm']:.2f} | {r['peak_day_norm']:.2f} | {r['vs_oracle']:.2f}x | {r['char']:.3f} | "
-                   f"{r['char_vs_fd']:+.3f} | {r['ttft_mean_s']:.2f} | {r['ttft_p90_s']:.2f} |")
-    return "\n".join(out)
+    return md_table(["workload", "model", "tok/s", "policy", "hints", "W/C", "peak day / C", "W / oracle", "CHAR",
+                     "CHAR - FD", "TTFT s", "P90 s"],
+                    [[r["workload"], r["model"], f"{r['prefill_tps']:,.0f}", r["policy"], r["hints"],
+                      f"{r['writes_norm']:.2f}", f"{r['peak_day_norm']:.2f}", f"{r['vs_oracle']:.2f}x", f"{r['char']:.3f}",
+                      f"{r['char_vs_fd']:+.3f}", f"{r['ttft_mean_s']:.2f}", f"{r['ttft_p90_s']:.2f}"] for r in rows])
 
 
 def format_checks(rows: list[dict]) -> str:
     def verdict(v):
         return "-" if v is None else ("met" if v else "**unmet**")
 
-    out = ["| workload | model | tok/s | auto:R peak day / C | its CHAR | best fixed within | budget check | FD CHAR | "
-           "auto W / oracle | auto CHAR - FD | + end hints W / oracle | CHAR - FD | bound check |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in rows:
-        out.append(f"| {c['workload']} | {c['model']} | {c['prefill_tps']:,.0f} | {c['auto_budget_peak_day']:.2f} | "
-                   f"{c['auto_budget_char']:.3f} | {c['best_fixed_within_char']:.3f} | {verdict(c['budget_met'])} | "
-                   f"{c['fd_char']:.3f} | {c['auto_vs_oracle']:.2f}x | {c['auto_char_vs_fd']:+.3f} | "
-                   f"{c['auto_end_vs_oracle']:.2f}x | {c['auto_end_char_vs_fd']:+.3f} | {verdict(c['bound_met'])} |")
-    return "\n".join(out)
+    return md_table(["workload", "model", "tok/s", "auto:R peak day / C", "its CHAR", "best fixed within", "budget check",
+                     "FD CHAR", "auto W / oracle", "auto CHAR - FD", "+ end hints W / oracle", "CHAR - FD", "bound check"],
+                    [[c["workload"], c["model"], f"{c['prefill_tps']:,.0f}", f"{c['auto_budget_peak_day']:.2f}",
+                      f"{c['auto_budget_char']:.3f}", f"{c['best_fixed_within_char']:.3f}", verdict(c["budget_met"]),
+                      f"{c['fd_char']:.3f}", f"{c['auto_vs_oracle']:.2f}x", f"{c['auto_char_vs_fd']:+.3f}",
+                      f"{c['auto_end_vs_oracle']:.2f}x", f"{c['auto_end_char_vs_fd']:+.3f}", verdict(c["bound_met"])]
+                     for c in rows])
 
 
 def plot(rows: list[dict], path: str) -> None:

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from fidelity_figures import PAPER_FIGURES
-from fidelity_runs import MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_rows, rel, rel_same
+from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_rows, md_table, rel,
+                           rel_same)
 from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
@@ -150,12 +151,10 @@ def e3_target(run: Runner, sessions: int) -> list[dict]:
 
 
 def format_target(rows: list[dict]) -> str:
-    out = ["| model | setting | prefill tok/s | FD W/C | E3 W/C | E3 / FD | E3 CHAR | <= 0.5x at >= 0.93 |",
-           "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['model']} | {r['setting']} | {r['prefill_tps']:,} | {r['fd_writes_norm']:.2f} | "
-                   f"{r['e3_writes_norm']:.2f} | {r['e3_vs_fd']:.3f}x | {r['e3_char']:.3f} | {'met' if r['met'] else 'unmet'} |")
-    return "\n".join(out)
+    return md_table(["model", "setting", "prefill tok/s", "FD W/C", "E3 W/C", "E3 / FD", "E3 CHAR", "<= 0.5x at >= 0.93"],
+                    [[r["model"], r["setting"], f"{r['prefill_tps']:,}", f"{r['fd_writes_norm']:.2f}",
+                      f"{r['e3_writes_norm']:.2f}", f"{r['e3_vs_fd']:.3f}x", f"{r['e3_char']:.3f}",
+                      "met" if r["met"] else "unmet"] for r in rows])
 
 
 # Issue 25 item 3: every policy's writes as a multiple of the clairvoyant bound, per model and session set
@@ -180,13 +179,11 @@ def oracle_bound(run: Runner, sessions: int) -> list[dict]:
 
 
 def format_bound(rows: list[dict]) -> str:
-    out = ["| model | set | policy | requests | W/C | W / oracle W | CHAR | CHAR - FD's | mean TTFT s | drain h | queue s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r['model']} | {r['set']} | {r['policy']} | {r['requests']:,} | {r['writes_norm']:.2f} | "
-                   f"{r['vs_oracle']:.2f}x | {r['char']:.3f} | {r['char_vs_fd']:+.3f} | {r['ttft_mean_s']:.2f} | "
-                   f"{r['drain_h']:.1f} | {r['queue_mean_s']:.0f} |")
-    return "\n".join(out)
+    return md_table(["model", "set", "policy", "requests", "W/C", "W / oracle W", "CHAR", "CHAR - FD's", "mean TTFT s",
+                     "drain h", "queue s"],
+                    [[r["model"], r["set"], r["policy"], f"{r['requests']:,}", f"{r['writes_norm']:.2f}",
+                      f"{r['vs_oracle']:.2f}x", f"{r['char']:.3f}", f"{r['char_vs_fd']:+.3f}", f"{r['ttft_mean_s']:.2f}",
+                      f"{r['drain_h']:.1f}", f"{r['queue_mean_s']:.0f}"] for r in rows])
 
 
 # Figure 12: cumulative ablation, FD, in-flight 1 (planner, transfer, promotion)
@@ -286,10 +283,7 @@ def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int
 def format_mechanism(rows: list[dict]) -> str:
     cols = ["rule", "policy", "ssd_writes_norm", "char", "requests", "writes", "distinct_blocks_written", "rewrite_share",
             "median_E_at_write", "parent_on_ssd_at_write", "writes_never_read", "gpu_busy_frac"]
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |")
-    return "\n".join(out)
+    return md_table(cols, [[f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows])
 
 
 # the paper's other figures (1, 3a, 4, 6, 11, 13, 14, 15): scripts/fidelity_figures.py
@@ -331,9 +325,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mechanism", action="store_true", help="also print the write history per theta_E and rule")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD",
-                   help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run")
+                   help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run's --json")
+    p.add_argument("--render-only", action="store_true",
+                   help="replay nothing: rewrite --update-doc's tables from an existing --json file")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
+    if args.update_doc and not args.json_path:
+        p.error("--update-doc needs --json (the doc's tables are checked against that file)")
+    if args.render_only:
+        if not args.update_doc:
+            p.error("--render-only needs --update-doc and --json")
+        render_doc(args.json_path, args.update_doc)
+        return 0
     figs = [f.strip() for f in args.figures.split(",") if f.strip()]
     unknown = [f for f in figs if f not in FIGURES]
     if unknown:
@@ -366,15 +369,18 @@ def main(argv: list[str] | None = None) -> int:
                        "rows": [r.as_dict() for r in rows], "e3_target": target, "oracle_bound": bound,
                        "mechanism": mech}, fh, indent=2)
     if args.update_doc:
-        if not args.json_path:
-            p.error("--update-doc needs --json (the doc's tables are checked against that file)")
-        with open(args.json_path) as fh:
-            doc = json.load(fh)
-        with open(args.update_doc) as fh:
-            text = fh.read()
-        with open(args.update_doc, "w") as fh:
-            fh.write(update_doc(text, doc))
+        render_doc(args.json_path, args.update_doc)
     return 0
+
+
+def render_doc(json_path: str, md_path: str) -> None:
+    """Rewrite the generated tables of ``md_path`` from the run saved at ``json_path``."""
+    with open(json_path) as fh:
+        doc = json.load(fh)
+    with open(md_path) as fh:
+        text = fh.read()
+    with open(md_path, "w") as fh:
+        fh.write(update_doc(text, doc))
 
 
 if __name__ == "__main__":

@@ -120,12 +120,17 @@ def rel_same(new: dict, base: dict, metric: str) -> float:
     return rel(new[metric], base[metric])
 
 
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 def format_rows(rows: list[Row]) -> str:
-    """Markdown table (kept in docs/fidelity.md)."""
-    out = ["| fig | claim | paper | replay | same direction | note |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        same = "yes" if r.same_direction else "**no**"
-        if not r.baseline_relative:
-            same = "-"
-        out.append(f"| {r.figure} | {r.claim} | {r.paper:+.1%} | {r.replay:+.1%} | {same} | {r.note} |")
-    return "\n".join(out)
+    """The claims table (kept in docs/fidelity.md)."""
+    def same(r: Row) -> str:
+        return "-" if not r.baseline_relative else ("yes" if r.same_direction else "**no**")
+
+    return md_table(["fig", "claim", "paper", "replay", "same direction", "note"],
+                    [[r.figure, r.claim, f"{r.paper:+.1%}", f"{r.replay:+.1%}", same(r), r.note] for r in rows])

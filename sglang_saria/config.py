@@ -48,6 +48,9 @@ class AdmissionConfig:
     auto_theta_idle: int = 2
     auto_tau_s: float = 600.0  # the load signal's smoothing time constant
     auto_reuse_spend: int = 0  # a block reused this often is written at its first eviction, loaded or not (0: off)
+    # SGLang driver: prefill tokens/s that turn queued tokens into seconds until the scheduler has measured its
+    # own rate (hicache/load_signal.py; the paper's GPU); the replay models its GPU with --prefill-tps instead
+    auto_prefill_tps: float = 6500.0
 
     def validate(self, prefix: str = "admission") -> None:
         try:
@@ -66,6 +69,7 @@ class AdmissionConfig:
         _check(self.auto_theta_idle >= 1, f"{prefix}.auto_theta_idle", self.auto_theta_idle, "must be >= 1")
         _check(self.auto_tau_s > 0, f"{prefix}.auto_tau_s", self.auto_tau_s, "must be > 0")
         _check(self.auto_reuse_spend >= 0, f"{prefix}.auto_reuse_spend", self.auto_reuse_spend, "must be >= 0")
+        _check(self.auto_prefill_tps > 0, f"{prefix}.auto_prefill_tps", self.auto_prefill_tps, "must be > 0")
 
 
 @dataclass

@@ -162,6 +162,10 @@ class SGLangServer:
         env = dict(os.environ, **self.config.env)
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("TORCH_EXTENSIONS_DIR", str(TORCH_EXTENSIONS_DIR))
+        # stop() signals the whole process group, so the server sees its scheduler "crash" and would
+        # sleep 5 s and py-spy it before exiting: diagnostics of a stop it asked for (override in env)
+        env.setdefault("SGLANG_PYSPY_DUMP_BEFORE_CRASH", "0")
+        env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "0")
         log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -207,6 +211,17 @@ class SGLangServer:
             self.process.wait(timeout=30)
         except ProcessLookupError:
             pass
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server at once, as a crash or the OOM killer would:
+        nothing is flushed, closed or detached (the fault tests restart on what it left)."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(timeout=30)
 
     def __enter__(self) -> "SGLangServer":
         return self.start()
@@ -291,6 +306,15 @@ class SGLangServer:
                 raise ServerError(f"store writes still in flight after {timeout_s:.0f} s")
             time.sleep(0.05)
 
+    def wait_counters_saved(self, timeout_s: float = 60.0) -> None:
+        """Wait until every admission counter change is durable in the saria store's index
+        (`sglang:saria_counters_unsaved` is 0), so a restart now keeps them all."""
+        deadline = time.monotonic() + timeout_s
+        while saria_metrics(self.metrics()).get("sglang:saria_counters_unsaved", 0):
+            if time.monotonic() > deadline:
+                raise ServerError(f"admission counters still unsaved after {timeout_s:.0f} s")
+            time.sleep(0.05)
+
     def flush_cache(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/flush_cache", method="POST"), timeout=30).read()
 
@@ -315,7 +339,7 @@ def assert_kv_audit_clean(metrics: dict[str, float], paths: tuple[str, ...]) -> 
 
 
 # Labels that split a saria metric into "name/value" entries; other labels are summed over.
-SPLIT_LABELS = ("event", "source", "target", "reason", "tier", "path", "pool")
+SPLIT_LABELS = ("event", "source", "target", "reason", "tier", "path", "pool", "state", "kind")
 
 
 def saria_metrics(text: str) -> dict[str, float]:

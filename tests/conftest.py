@@ -19,6 +19,9 @@ from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, saria_h
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Small stores in tmp dirs (storage, reload and hicache tests alike).
 pytest_plugins = ["tests.store_fixtures"]
+# The suite's servers hold a few KiB of host pool each; SGLang's 10 GiB free-memory reserve
+# (patch 015) would refuse a server while the other pytest workers' servers run.
+os.environ.setdefault("SGLANG_HICACHE_HOST_MEMORY_RESERVE_GB", "1")
 
 # Small pools so a few 300-token requests push a prefix out of the device (512 tokens)
 # and out of the host pool (hicache ratio 2 -> about 1K tokens). No warmup request: the
@@ -42,15 +45,34 @@ CHAT_POOLS = ["--page-size", "16", "--max-total-tokens", "2048", "--dtype", "bfl
 E2E_TIMEOUT_S = 900
 
 ServerFactory = Callable[..., AbstractContextManager[SGLangServer]]
+# Server test files that take longest (several servers or restarts each), longest first.
+LONGEST_FILES = [
+    "tests/e2e/test_admission.py",
+    "tests/e2e/test_hybrid.py",
+    "tests/conformance/test_hicache_storage_backends.py",
+    "tests/faults/test_kill_loop.py",
+    "tests/cluster/test_cluster_e2e.py",
+    "tests/e2e/test_hicache_tiers.py",
+    "tests/e2e/test_async_reload.py",
+    "tests/e2e/test_counter_restart.py",
+    "tests/e2e/test_tp_agreement.py",
+    "tests/agents/test_openai_client.py",
+]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("e2e") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
-    # Server tests first (stable: file order kept): xdist hands out files in this order, so
-    # the long server files start at once on both workers and the quick ones fill the gaps.
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
+    # Server tests first, the longest files first (measured: `--durations`), the rest in file
+    # order: xdist hands out whole files in this order, so the long ones start at once on every
+    # worker and the quick ones fill the gaps at the end.
+    def order(item: pytest.Item) -> tuple[bool, int]:
+        path = item.nodeid.split("::", 1)[0]
+        rank = LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
+        return item.get_closest_marker("e2e") is None, rank
+
+    items.sort(key=order)
 
 
 @pytest.fixture(scope="session")

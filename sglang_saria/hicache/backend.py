@@ -38,7 +38,8 @@ from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.reload.host_pages import HostPageView
 from sglang_saria.storage.config import StoreConfig
-from sglang_saria.storage.private import check_private_dir, default_data_dir
+from sglang_saria.storage.preflight import check_writable, preflight
+from sglang_saria.storage.private import default_data_dir
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ def check_extra_config(raw: Optional[str]) -> None:
     (patch 008): a bad value stops the launch in seconds, naming the field, instead of
     after the model has loaded. SGLang's own parser reads the JSON or @file and takes its
     keys (prefetch_threshold, ...) out, exactly as HiCache does before building the backend.
-    Data dirs another user owns or can write are refused here too, before anything loads."""
+    The store's paths and capacity are checked here too, before anything loads
+    (`storage/preflight.py`: private, writable, a slot at least, the free space)."""
     from sglang.srt.mem_cache.hybrid_cache.hybrid_cache_controller import HybridCacheController
 
     if raw and not raw.startswith("@"):
@@ -109,8 +111,7 @@ def check_extra_config(raw: Optional[str]) -> None:
         if not isinstance(parsed, dict):
             raise ValueError(f"{EXTRA_CONFIG_FLAG}: must be a JSON object, got {raw!r}")
     store_config, _ = configs_from_extra(HybridCacheController.parse_storage_backend_extra_config(raw)[0])
-    for data_dir in store_config.data_dirs:
-        check_private_dir(data_dir)
+    preflight(store_config, EXTRA_CONFIG_FLAG)
 
 
 def policy_of(storage_backend: Any) -> Optional[SariaHiCachePolicy]:
@@ -158,6 +159,8 @@ class SariaStorage(HiCacheStorage):
         cfg = self.store_config
         sub = rank_subdir(self.storage_config)
         rank_cfg = dataclasses.replace(cfg, data_dirs=[os.path.join(d, sub) for d in cfg.data_dirs])
+        for rank_dir in rank_cfg.data_dirs:  # a read-only index or slab: named with its mode, not moved aside
+            check_writable(rank_dir)
         self.store = SariaStore(
             rank_cfg,
             bytes_per_token=bytes_per_token,
@@ -190,6 +193,7 @@ class SariaStorage(HiCacheStorage):
         # A lost SSD copy spends the evictions that admitted it (robust rule).
         policy = self.policy
         policy.on_ssd_read = self.touch_pages  # reloads straight to the device report their pages here
+        policy.on_ssd_demote = self.demote_pages  # an ended session's stored pages go first (agents' hints)
         self.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == PoolName.KV.value))
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
@@ -350,6 +354,12 @@ class SariaStorage(HiCacheStorage):
         pools = [PoolName.KV.value] + [p for p in self._views if p != PoolName.KV.value]
         self._ensure_store().touch_prefix([self.storage_key(h, p) for h in page_hashes for p in pools])
 
+    def demote_pages(self, page_hashes: Sequence[str]) -> int:
+        """Pages of a session that ended (head first): every pool's object of each becomes one of the
+        store's next victims, the tail first (``SSDVictimOrder.demote``); returns the objects held."""
+        pools = [PoolName.KV.value] + [p for p in self._views if p != PoolName.KV.value]
+        return self._ensure_store().demote([self.storage_key(h, p) for h in page_hashes for p in pools])
+
     def page_digest(self, key: str) -> Optional[int]:
         """The device digest recorded for KV page `key` (None: absent, or stored before index format 2)."""
         return self._ensure_store().digest_of(self.storage_key(key))
@@ -460,5 +470,7 @@ class SariaStorage(HiCacheStorage):
 
     def close(self) -> None:
         if self.store is not None:
+            if self.policy is not None:
+                self.policy.end_step()  # counters changed since the last step go in the store's last commit
             self.store.close()
             self.store = None

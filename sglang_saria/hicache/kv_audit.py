@@ -154,6 +154,16 @@ class KVAudit:
             logger.warning("saria KV audit: %s: %d torn or unreadable line(s) ignored (line %s); their pages are not audited",
                            path, len(bad), ", ".join(map(str, bad[:5])))
 
+    def follow_log(self, log_dir: str) -> None:
+        """A store attached at run time (`attach_audit`): its log's digests join the expected
+        ones (page hashes name their content, so what another store held stays true) and new
+        stored digests are appended there."""
+        path = Path(log_dir) / LOG_NAME
+        if path != self._log_path:
+            self._log_path = path
+            if path.exists():
+                self._read_log(path)
+
     def _pages(self, pool: PoolRows, slots: torch.Tensor) -> list[torch.Tensor]:
         slots = slots.reshape(-1).to("cpu", torch.int64)
         return list(slots.split(pool.page_size)) if slots.numel() else []
@@ -278,6 +288,14 @@ def install_kv_audit(controller: Any, backend: Any, on_checked: Callable[..., No
     backend.kv_audit = audit
     logger.info("saria: KV audit on for pools %s", sorted(audit.pools))
     return audit
+
+
+def attach_audit(audit: Optional[KVAudit], backend: Any) -> None:
+    """A storage backend attached at run time: a saria one has its reads and writes checked
+    by the server's audit (the transfer audit stays on HiCache's controller); others none."""
+    if audit is not None and getattr(backend, "store", None) is not None:
+        audit.follow_log(backend.store.config.data_dirs[0])
+        backend.kv_audit = audit
 
 
 def _host_entries(controller: Any) -> list[tuple[str, Any]]:

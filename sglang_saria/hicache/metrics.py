@@ -6,7 +6,7 @@ byte and lifetime metrics live next to the store (`sglang_saria/storage/metrics.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 class SariaServingMetrics:
@@ -20,6 +20,8 @@ class SariaServingMetrics:
         self._tier_counters(Counter)
         self._audit_counters(Counter)
         self._gauges(Gauge)
+        self._counter_log_metrics(Counter, Gauge)
+        self._auto_metrics(Counter, Gauge)
 
     def _tier_counters(self, Counter: type) -> None:
         """Admissions, host evictions, reloads, promotions: what moved between the tiers."""
@@ -28,6 +30,13 @@ class SariaServingMetrics:
         )
         self._host_evictions = Counter(
             "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"
+        )
+        self._host_reclaims = Counter(
+            "sglang:saria_host_reclaims_total",
+            "Host leaf reclaims asked of the admission gate, by what the store held then (event): stored (written "
+            "before: prewrite, insert, reuse), in_flight, deferred (write-before-reclaim started, reclaim postponed), "
+            "after_write (the postponed reclaim), dropped (no SSD copy)",
+            ["event"],
         )
         self._reload_tokens = Counter(
             "sglang:saria_reload_tokens_total",
@@ -46,6 +55,10 @@ class SariaServingMetrics:
         )
         self._promoted_tokens = Counter(
             "sglang:saria_promoted_tokens_total", "SSD-hit tokens copied from device to host (lazy partial promotion)"
+        )
+        self._reload_followers = Counter(
+            "sglang:saria_reload_followers_total",
+            "Requests that waited for another request's reload of their stored pages instead of reading them again",
         )
 
     def _audit_counters(self, Counter: type) -> None:
@@ -95,6 +108,42 @@ class SariaServingMetrics:
             multiprocess_mode="mostrecent",
         )
 
+    def _counter_log_metrics(self, Counter: type, Gauge: type) -> None:
+        """Admission counters kept across restarts (hicache/counter_log.py)."""
+        self._counters_unsaved = Gauge(
+            "sglang:saria_counters_unsaved",
+            "Admission counter changes not yet durable in the store's index (0: a restart keeps them all)",
+            multiprocess_mode="livesum",
+        )
+        self._counters_restored = Counter(
+            "sglang:saria_counters_restored_total", "Page counters restored from the store at start (used within the window)"
+        )
+        self._counters_expired = Counter(
+            "sglang:saria_counters_expired_total", "Page counters dropped at start: unused for a whole metadata window"
+        )
+
+    def _auto_metrics(self, Counter: type, Gauge: type) -> None:
+        """``auto`` admission's load signal and decisions, and agents' hints (load_signal.py, hints_intake.py)."""
+        self._auto_backlog = Gauge(
+            "sglang:saria_auto_backlog_seconds",
+            "auto admission: smoothed seconds of prefill queued on the scheduler (its load signal)",
+            multiprocess_mode="mostrecent",
+        )
+        self._auto_theta_e = Gauge(
+            "sglang:saria_auto_theta_e", "auto admission: the DRAM evictions a block needs to be written now",
+            multiprocess_mode="mostrecent",
+        )
+        self._auto_decisions = Counter(
+            "sglang:saria_auto_decisions_total",
+            "auto admission: writes admitted while loaded (state=spend) or idle (state=save)", ["state"],
+        )
+        self._hints = Counter(
+            "sglang:saria_hints_total",
+            "Agents' hints: end, expect_return (hints taken), dropped (over the bound), skipped_writes (a write "
+            "an end hint stopped), hinted_writes (a write only a return hint asked for)", ["kind"],
+        )
+        self._exported: dict[tuple[str, str], int] = {}  # cumulative counts already added to the counters
+
     @classmethod
     def get(cls) -> "SariaServingMetrics":
         if cls._instance is None:
@@ -107,12 +156,18 @@ class SariaServingMetrics:
     def host_evicted(self) -> None:
         self._host_evictions.inc()
 
+    def host_reclaim(self, gate: str) -> None:
+        self._host_reclaims.labels(event=gate).inc()
+
     def reloaded(self, source: str, tokens: int) -> None:
         if tokens:
             self._reload_tokens.labels(source=source).inc(tokens)
 
     def reload_fallback(self, reason: str) -> None:
         self._reload_fallbacks.labels(reason=reason).inc()
+
+    def reload_followed(self) -> None:
+        self._reload_followers.inc()
 
     def promoted(self, tokens: int) -> None:
         if tokens:
@@ -142,6 +197,29 @@ class SariaServingMetrics:
 
     def storage_writes_in_flight(self, writes: int) -> None:
         self._writes_in_flight.set(writes)
+
+    def counters_unsaved(self, delta: int) -> None:
+        self._counters_unsaved.inc(delta)
+
+    def counters_restored(self, restored: int, expired: int) -> None:
+        self._counters_restored.inc(restored)
+        self._counters_expired.inc(expired)
+
+    def auto_state(self, state: dict[str, float], decisions: dict[str, int], hint_counts: dict[str, int]) -> None:
+        """Once per scheduler step: ``AutoAdmission.state()``, its decisions and its hints' counts
+        (cumulative; what grew since the last step is added to the counters)."""
+        self._auto_backlog.set(state["backlog_s"])
+        self._auto_theta_e.set(state["theta_E"])
+        self._add_growth(self._auto_decisions, "state", decisions)
+        self._add_growth(self._hints, "kind", hint_counts)
+
+    def _add_growth(self, counter: Any, label: str, counts: dict[str, int]) -> None:
+        exported = self._exported
+        for name, value in counts.items():
+            grown = value - exported.get((label, name), 0)
+            if grown > 0:
+                counter.labels(**{label: name}).inc(grown)
+            exported[(label, name)] = value  # a new policy (attached at run time) counts from 0 again
 
     def budget(self, theta_e: float, unspent: float) -> None:
         self._budget_theta_e.set(theta_e)

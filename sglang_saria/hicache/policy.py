@@ -23,7 +23,8 @@ models, needs `theta_E` evictions since the node's SSD copy was lost (the store 
 what it dropped: `on_store_evict`), and total writes stay within the pages computed.
 
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
-that returns after eviction keeps its history; a node's decisions read its last page's.
+that returns after eviction keeps its history (and after a restart: `counter_log.py` keeps them
+with the store, saved at each `end_step`); a node's decisions read its last page's.
 Locations are not copied here: DRAM is the tree's `host_value`, SSD is the store's index, so
 nothing can drift. With tensor parallelism, `on_ssd` and `clock` are the ranks' agreed SSD view
 and step clock (`rank_agreement.py`, wired by `SariaRadixCache`), so every rank decides the same.
@@ -41,6 +42,7 @@ from typing import Any
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.host_leaf_order import eviction_head
 from sglang_saria.hicache.metrics import SariaServingMetrics
+from sglang_saria.hicache.node_hints import NodeHints
 from sglang_saria.hicache.tree_view import TreeTierView
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
@@ -87,6 +89,10 @@ class SariaHiCachePolicy:
         self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
         self.view = TreeTierView(self.metadata, page_size, page_bytes, ssd_capacity_bytes, on_ssd, clock, hybrid)
         self.sequencer = WriteSequencer(self.admission, config.admission.rule)
+        # agents' hints (``auto``): kept by page, asked about tree nodes by their last page (node_hints.py)
+        self.hints = self.admission.hints
+        if self.hints is not None:
+            self.sequencer.hints = NodeHints(self.hints, lambda node: page_key(node.hash_value[-1]))
         self.stats = EvictionStats()
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
         self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
@@ -95,6 +101,10 @@ class SariaHiCachePolicy:
         self._metrics = SariaServingMetrics.get()
         # the store's SSD victim order hears of reloads here (set by the backend: `touch_pages`)
         self.on_ssd_read: Callable[[Sequence[str]], None] | None = None
+        # an ended session's SSD copies become the store's first victims (set by the backend: `demote_pages`)
+        self.on_ssd_demote: Callable[[Sequence[str]], None] | None = None
+        # keeps the counters with the store across restarts (counter_log.py; set by restore_counters)
+        self.counter_log: Any = None
 
     # The view reads these; the rank agreement swaps them for agreed ones.
     @property
@@ -136,6 +146,7 @@ class SariaHiCachePolicy:
                 node = self.metadata.get(page_key(h))
                 if node is not None:
                     self.sequencer.ssd_lost(node)
+            self.metadata.note_changed(map(page_key, hashes))
         now = self.clock()
         self.admission.on_clock(now)
         if isinstance(self.admission, WriteBudgetController):
@@ -189,10 +200,10 @@ class SariaHiCachePolicy:
         now = self._begin()
         view, seq, to_write = self.view, self.sequencer, []
         for node in reversed(_path_to_root(tree_core, node_id)):  # root first, as the replay counts a request
-            hashes = node.hash_value
-            reached = self.metadata.record_use(
-                [page_key(h) for h in hashes], now, r_watch=self.admission.reuse_threshold
-            )
+            keys = [page_key(h) for h in node.hash_value]
+            if self.hints is not None:
+                self.hints.used(keys)  # reused: an end hint on these pages no longer holds
+            reached = self.metadata.record_use(keys, now, r_watch=self.admission.reuse_threshold)
             if reached and self.writes_ssd and (view.location(node) & (DRAM | SSD)) == DRAM:
                 to_write += self._order(seq.reuse(view, node, self._counters(node)), AdmissionEvent.REUSE)
         return [n.id for n in to_write]
@@ -224,9 +235,22 @@ class SariaHiCachePolicy:
     def on_ssd_reload(self, hashes: Sequence[str]) -> None:
         """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit,
         and an SSD read for the store's victim order (``SSDVictimOrder.touch_prefix``, as the replay)."""
-        self.metadata.record_use([page_key(h) for h in hashes], self._begin())
+        keys = [page_key(h) for h in hashes]
+        self.metadata.record_use(keys, self._begin())
+        if self.hints is not None:
+            self.hints.used(keys)
         if self.on_ssd_read is not None:
             self.on_ssd_read(hashes)
+
+    def adopt(self, nodes: Iterable[Any]) -> None:
+        """Attached at run time to a tree already holding pages: those in host memory without
+        counters get them now (a first use), as stored pages recomputed at insert do; what
+        they saw before this policy is unknown."""
+        now = self._begin()
+        keys = [page_key(h) for node in nodes if node.backuped for h in node.hash_value or ()]
+        uncounted = [k for k in keys if self.metadata.get(k) is None]
+        if uncounted:
+            self.metadata.record_use(uncounted, now)
 
     def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
         """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be
@@ -258,18 +282,25 @@ class SariaHiCachePolicy:
         counters = self._counters(node)
         if not hashes or not self.writes_ssd or counters is None:
             self._count_eviction(hashes)
+            self._metrics.host_reclaim("dropped")
             return True, []
         last = hashes[-1]
         self._begin()
         if last in self._deferred:
             # The write had its chance (done, or failed: store full, I/O error); never block the reclaim twice.
             self._deferred.discard(last)
+            gate = "after_write"
         elif not self.view.location(node) & SSD:
             chain = self._order(self.sequencer.evict(self.view, node, counters), AdmissionEvent.EVICT)
             if chain:
                 self._deferred.add(last)
                 self.stats.deferred_evictions += 1
+                self._metrics.host_reclaim("deferred")
                 return False, [n.id for n in chain]
+            gate = "dropped"
+        else:  # written before its reclaim asked (prewrite, insert, reuse), or still being written
+            gate = "stored" if self.on_ssd(last) else "in_flight"
+        self._metrics.host_reclaim(gate)
         self._count_eviction(hashes)
         return True, []
 
@@ -296,12 +327,19 @@ class SariaHiCachePolicy:
 
         return promotion.promotion_set(self.clock(), reused, in_dram, [1] * pages, free, head(), self.sequencer.robust)
 
+    def end_step(self) -> None:
+        """Once per scheduler step: the counters changed since the last one go to the store."""
+        if self.counter_log is not None:
+            self.counter_log.save()
+
     def _count_eviction(self, hashes: Sequence[str]) -> None:
         now = self.clock()
-        for h in hashes:
-            node = self.metadata.get(page_key(h))
+        keys = [page_key(h) for h in hashes]
+        for key in keys:
+            node = self.metadata.get(key)
             if node is not None:
                 node.E += 1
+        self.metadata.note_changed(keys)
         self.stats.host_evictions += 1
         self._metrics.host_evicted()
         self.metadata.reclaim(now)

@@ -55,29 +55,33 @@ from sglang.srt.mem_cache.base_prefix_cache import (
     MatchPrefixParams,
     MatchResult,
 )
-from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.hicache.backend import policy_of
+from sglang_saria.hicache.follow import Follower, resume
+from sglang_saria.hicache.backend_follow import follow_backend
+from sglang_saria.hicache.hints_intake import HintsIntakeMixin
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder
 from sglang_saria.hicache.kv_audit import KVAudit, install_kv_audit
 from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
+from sglang_saria.hicache.load_signal import LoadSignalMixin
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.rank_agreement import RankAgreement, attention_groups, connect_agreement, worker_agreement
 from sglang_saria.hicache.reload_setup import DirectReload, WorkerHooks, build_direct_reload
+from sglang_saria.hicache.reload_report import audit_reload, report_reload
 from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.unit_eviction import evict_host_units
-from sglang_saria.reload.pending import PendingReload, PendingReloads, job_reason, reload_job
+from sglang_saria.reload.pending import PendingReload, PendingReloads, reload_job
 from sglang_saria.reload.worker import ReloadJob
 
 logger = logging.getLogger(__name__)
 
 
-class SariaRadixCache(UnifiedRadixCache):
+class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
     """UnifiedRadixCache whose storage hits go SSD -> device pool, not SSD -> host -> device,
     read by a worker thread while the request waits in the queue."""
 
@@ -114,6 +118,24 @@ class SariaRadixCache(UnifiedRadixCache):
         (the same point on every rank: the worker's agreement creates process groups)."""
         super().init_hicache(server_args, params)
         self._direct = self._build_direct()
+
+    def attach_storage_backend(self, *args: Any, **kwargs: Any) -> tuple[bool, str]:
+        """Runtime attach/detach (admin API, idle scheduler, every rank): a new backend gets its
+        own direct reload (`backend_follow.py`); the same one attached again, new policies only."""
+        before = self._backend()
+        result = super().attach_storage_backend(*args, **kwargs)
+        if self._backend() is not before:
+            self._follow_backend()
+        return result
+
+    def detach_storage_backend(self) -> tuple[bool, str]:
+        result = super().detach_storage_backend()
+        self._follow_backend()
+        return result
+
+    def _follow_backend(self) -> None:
+        self._reloads.reset()  # none in flight: the scheduler is idle
+        self._direct = follow_backend(self._direct, self._build_direct(), self._backend(), self._kv_audit, self.tree_core)
 
     def _build_direct(self) -> Optional[DirectReload]:
         """Direct reload runs with a saria backend, a FULL or FULL + MAMBA (hybrid) tree and
@@ -211,6 +233,12 @@ class SariaRadixCache(UnifiedRadixCache):
         n_ssd = n_tail - tail_dram
         if n_ssd <= 0:
             return None  # no SSD page (hybrid: before the last checkpoint a tier holds) for the worker
+        leader = self._reloads.leader_of(hashes[tail_dram:n_tail], whole=probe.hybrid)
+        if leader is not None:  # another request's reload reads these pages: wait for it (follow.py)
+            context = Follower(request, tuple(prefix + tokens[:tail]), start, tuple(hashes), last_hash, extra_key, cache_salt)
+            self._reloads.follow(request.rid, leader, context)
+            self._metrics.reload_followed()
+            return None
         timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
         pending = PendingReload(
             request=request,
@@ -305,8 +333,9 @@ class SariaRadixCache(UnifiedRadixCache):
         self.req_to_token_pool.mamba_allocator.free(slot)
 
     def unlock_reload(self, pending: PendingReload) -> None:
-        if pending.path_lock is not None:
-            self.dec_lock_ref(pending.anchor, pending.path_lock)
+        for lock in (pending.path_lock, pending.anchor_lock):
+            if lock is not None:
+                self.dec_lock_ref(pending.anchor, lock)
         self.dec_host_lock_ref(pending.anchor, pending.host_lock)
         if pending.tail_lock is not None:
             self.dec_host_lock_ref(pending.tail_node, pending.tail_lock)
@@ -352,6 +381,9 @@ class SariaRadixCache(UnifiedRadixCache):
     def reload_loading(self, pending: PendingReload) -> bool:
         return pending.anchor in self.ongoing_load_back
 
+    def resume_follower(self, rid: str, context: Follower) -> None:
+        resume(self, context)
+
     def _agree_min(self, value: int) -> int:
         """The smallest ``value`` over the attention ranks (identity on one rank): a reload
         exists on every rank or on none, with the same number of pages."""
@@ -387,7 +419,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if unused.numel():
             self.token_to_kv_pool_allocator.free(unused)
         if self._kv_audit is not None:
-            self._audit_reload(pending, hashes, published, dram_tokens)
+            audit_reload(self._kv_audit, pending, hashes, published, dram_tokens)
         self._metrics.pages_read("device", job.pages + int(pending.state_slot is not None))
         self._policy().on_ssd_reload(hashes)
         last_node = self._insert_tail(request.rid, pending, published)
@@ -400,41 +432,7 @@ class SariaRadixCache(UnifiedRadixCache):
         if ssd_tokens:
             self.prefetch_loaded_tokens_by_reqid[request] = ssd_tokens
             self.prefetch_loaded_storage_start_by_reqid[request] = pending.start + dram_tokens
-        self._report_reload(pending, dram_tokens, ssd_tokens)
-
-    def _audit_reload(self, pending: PendingReload, hashes: list[str], published: torch.Tensor, dram_tokens: int) -> None:
-        """SGLANG_SARIA_AUDIT_KV=1: the reloaded pages' bytes against what left the device."""
-        audit = self._kv_audit
-        audit.store_to_device(PoolName.KV.value, hashes, published[dram_tokens:])
-        if dram_tokens:
-            audit.host_to_device(PoolName.KV.value, pending.job.host_slots, published[:dram_tokens])
-        if pending.state_slot is not None and PoolName.MAMBA.value in audit.pools:
-            audit.store_to_device(PoolName.MAMBA.value, [pending.state_key], pending.state_slot)
-
-    def _report_reload(self, pending: PendingReload, dram_tokens: int, ssd_tokens: int) -> None:
-        """Metrics and log lines of a published reload (a partial one: the rest is recomputed)."""
-        rid, job = pending.request.rid, pending.job
-        self._metrics.reloaded("dram", pending.host_tokens + dram_tokens)
-        self._metrics.reloaded("ssd", ssd_tokens)
-        if job.pages < len(job.page_hashes):
-            # The rest of the prefix is recomputed; what landed is kept.
-            self._metrics.reload_fallback(job_reason(job))
-            logger.warning(
-                "saria reload %s: %d of %d SSD pages loaded (%s); recomputing the rest",
-                rid, job.pages, len(job.page_hashes), job.reason,
-            )
-        logger.debug(
-            "saria reload %s: %d device + %d dram + %d ssd tokens (plan %d/%d blocks), read in %.2f ms "
-            "off the scheduler thread, %.2f ms from arrival to admission",
-            rid,
-            pending.start - pending.host_tokens,
-            pending.host_tokens + dram_tokens,
-            ssd_tokens,
-            pending.plan.dram_blocks,
-            pending.plan.ssd_blocks,
-            job.seconds * 1e3,
-            (time.monotonic() - job.submitted) * 1e3,
-        )
+        report_reload(self._metrics, pending, dram_tokens, ssd_tokens)
 
     def _finalize_match_result(self, params: MatchPrefixParams, result: MatchResult) -> MatchResult:
         """The match right after a publish (the scheduler's, for the same request): the
@@ -546,6 +544,8 @@ class SariaRadixCache(UnifiedRadixCache):
             self._reloads.advance(self.prefetch_stop_policy)
             self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
         super().check_hicache_events()
+        if self._agreed_policy is not None:
+            self._agreed_policy.end_step()  # counters changed since the last step go to the store
         if len(self.ongoing_backup) != self._writes_in_flight:
             self._writes_in_flight = len(self.ongoing_backup)
             self._metrics.storage_writes_in_flight(self._writes_in_flight)

@@ -19,7 +19,9 @@ therefore must not read what differs per rank: the local store's commit timing a
   view at the next step, on every rank (a union over the ranks; a gather only in steps where
   some store removed pages).
 
-A step costs one all-reduce of ``2 + len(pending)`` floats. The view starts as the intersection
+The same all-reduce agrees ``auto`` admission's load signal (``load_signal.py``: MAX over the ranks).
+
+A step costs one all-reduce of ``3 + len(pending)`` floats. The view starts as the intersection
 of the stores' contents (a restart on persisted stores), agreed once by a digest all-reduce.
 The view may lag the stores (a page committed everywhere counts from the next step; one removal
 removes it until it is written again), never differ between ranks. On one rank none of this is
@@ -40,6 +42,7 @@ import torch
 import torch.distributed as dist
 from sglang.srt.mem_cache.hicache_storage import PoolName
 
+from sglang_saria.hicache.counter_log import restore_counters
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 from sglang_saria.mem_cache.budget import WriteBudgetController
 from sglang_saria.units import SECONDS_PER_HOUR
@@ -78,6 +81,9 @@ class RankAgreement:
         self._lock = threading.Lock()  # `evicted` runs on store threads
         #: told the pages some store removed, at the step that agreed it (the policy's lost copies)
         self.on_removed: Callable[[Iterable[str]], None] | None = None
+        #: this rank's load signal (``load_signal.py``: seconds of prefill queued), read at each step
+        self.local_load: Callable[[], float] = lambda: 0.0
+        self.load = 0.0  # its MAX over the ranks at the last step
         self._agreed, self._now = self._seed(sorted(set(stored_pages())))
 
     # ---------------------------------------------------------------- the policy's inputs
@@ -113,14 +119,16 @@ class RankAgreement:
         with self._lock:
             removed, self._removed = self._removed, []
         pending = list(self._pending)
-        vec = torch.empty(2 + len(pending), dtype=torch.float64)
+        vec = torch.empty(3 + len(pending), dtype=torch.float64)
         vec[0] = time.monotonic()
         vec[1] = len(removed)
+        vec[2] = self.local_load()
         # MAX of -committed: -1 where every rank committed the page, 0 where one has not
-        vec[2:] = torch.tensor([-float(self._exists(h)) for h in pending], dtype=torch.float64)
+        vec[3:] = torch.tensor([-float(self._exists(h)) for h in pending], dtype=torch.float64)
         self._all_reduce_max(vec)
         self._now = max(self._now, float(vec[0]))
-        everywhere = (vec[2:] < -0.5).tolist()
+        self.load = float(vec[2])
+        everywhere = (vec[3:] < -0.5).tolist()
         for h, done in zip(pending, everywhere):
             if done:
                 self._agreed.add(page_key(h))
@@ -143,7 +151,7 @@ class RankAgreement:
     # ---------------------------------------------------------------- collectives
     def _seed(self, local: list[str]) -> tuple[set[int], float]:
         """The agreed view at start: the pages every store holds, and the first step clock."""
-        digest = int.from_bytes(hashlib.blake2b("\n".join(local).encode(), digest_size=_DIGEST_BYTES).digest(), "big")
+        digest = _digest(local)
         n = float(len(local))
         vec = torch.tensor([time.monotonic(), n, -n, float(digest), -float(digest)], dtype=torch.float64)
         self._all_reduce_max(vec)
@@ -162,12 +170,29 @@ class RankAgreement:
 
     def _combine(self, pages: Iterable[str], op: Callable[..., set[str]]) -> set[str]:
         """``op`` (union, intersection) of every rank's ``pages``, group after group."""
-        result = set(pages)
+        return self.reduce_objects(set(pages), op)
+
+    def reduce_objects(self, value: Any, op: Callable[..., Any]) -> Any:
+        """``op`` over every rank's ``value`` (picklable), group after group: the same result on
+        every rank (a collective)."""
+        result = value
         for group in self._groups:
             gathered: list[Any] = [None] * dist.get_world_size(group)
             dist.all_gather_object(gathered, result, group=group)
             result = op(*gathered)
         return result
+
+    def same_everywhere(self, items: Sequence[str]) -> bool:
+        """Whether every rank holds the same ``items`` (a digest all-reduce, no gather; a collective)."""
+        digest = float(_digest(items))
+        vec = torch.tensor([digest, -digest], dtype=torch.float64)
+        self._all_reduce_max(vec)
+        return bool(vec[0] == -vec[1])
+
+
+def _digest(items: Sequence[str]) -> int:
+    """48 bits of a hash of ``items`` (exact in a float64 all-reduce)."""
+    return int.from_bytes(hashlib.blake2b("\n".join(items).encode(), digest_size=_DIGEST_BYTES).digest(), "big")
 
 
 def attention_groups(cache: Any) -> list[Any]:
@@ -182,7 +207,8 @@ def attention_groups(cache: Any) -> list[Any]:
 def connect_agreement(backend: Any, policy: SariaHiCachePolicy, groups: Sequence[Any]) -> Optional[RankAgreement]:
     """With ``groups``, a `RankAgreement` over them (a collective) that ``policy`` decides on
     from now, fed by the backend's store removals; None on one rank. Either way the policy's
-    write budget starts with what the store wrote before (`seed_write_budget`)."""
+    write budget starts with what the store wrote before (`seed_write_budget`), and its counters
+    with those the store kept (`counter_log.restore_counters`), saved there from now on."""
     agreement = None
     if groups:
         agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
@@ -193,6 +219,7 @@ def connect_agreement(backend: Any, policy: SariaHiCachePolicy, groups: Sequence
             "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
         )
     seed_write_budget(policy, backend.store, agreement)
+    restore_counters(policy, backend, agreement)  # the counters kept by earlier runs, agreed by the ranks
     return agreement
 
 

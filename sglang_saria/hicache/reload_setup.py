@@ -46,6 +46,10 @@ class DirectReload:
     def hybrid(self) -> bool:
         return self.probe.hybrid
 
+    def close(self) -> None:
+        """Its backend is detached (the scheduler is idle: no job runs): the worker thread ends."""
+        self.worker.close()
+
 
 @dataclass(frozen=True)
 class WorkerHooks:

@@ -50,7 +50,8 @@ class TierAudit:
     errors: list[str] = field(default_factory=list)
 
 
-def _nodes(root: Any) -> Iterator[Any]:
+def tree_nodes(root: Any) -> Iterator[Any]:
+    """Every node below ``root`` (depth first, root left out)."""
     stack = list(root.children.values())
     while stack:
         node = stack.pop()
@@ -74,7 +75,7 @@ def audit_tiers(
     free_pages = set(free_device_pages.tolist()) if free_device_pages is not None else set()
     device_owner: dict[int, int] = {}
     host_owner: dict[int, int] = {}
-    for node in _nodes(root):
+    for node in tree_nodes(root):
         full = node.component_data[FULL]
         hashes = node.hash_value or []
         if full.value is not None:

@@ -12,6 +12,7 @@ after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Iterable
 
 # location bits of an object (``fa_loc``, ``ck_loc``): which tiers hold a copy
 DRAM = 1
@@ -55,6 +56,10 @@ class ContextMetadata:
         self.reclaimed = 0
         self.created = 0  # nodes created (first computations, and recomputations after reclamation)
         self.created_checkpoints = 0  # of which on a checkpoint boundary
+        # keys whose counters changed since the owner last took them (None: not tracked); a driver
+        # that keeps counters across restarts saves these (hicache/counter_log.py)
+        self.changed: set[int] | None = None
+        self._restored: set[int] = set()  # restored nodes not used since: counted as created at first use
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -82,7 +87,51 @@ class ContextMetadata:
         if len(known) < len(found):  # the unknown blocks are mostly the request's new tail
             self._create(keys, found, found.index(None), now)
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
+        if self.changed is not None:
+            self.changed.update(keys)
+        if self._restored:
+            self._count_restored(keys)
         return reached
+
+    def _count_restored(self, keys: list[int]) -> None:
+        """Restored nodes used for the first time in this process: computed (or reloaded) here, so
+        counted as created (the robust rule's write credit: what write-through would write now)."""
+        used = self._restored.intersection(keys)
+        if used:
+            self._restored -= used
+            self.created += len(used)
+
+    def note_changed(self, keys: Iterable[int]) -> None:
+        """The caller changed these nodes' counters itself (``E``, ``e_spent``)."""
+        if self.changed is not None:
+            self.changed.update(keys)
+
+    def take_changed(self) -> list[tuple[int, ContextNode]]:
+        """The changed nodes still held (reclaimed ones are gone), and tracking starts afresh."""
+        if not self.changed:
+            return []
+        nodes = self.nodes
+        taken = [(k, nodes[k]) for k in self.changed if k in nodes]
+        self.changed.clear()  # the same set: an owner may have given it a hook
+        return taken
+
+    def restore(self, rows: Iterable[tuple[int, int, int, int, float]]) -> int:
+        """Counters kept from an earlier process, ``(key, R, E, e_spent, t_reuse)`` oldest first with
+        ``t_reuse`` on this clock: a node for each unknown key, before every known one in the
+        recency list (they were used earlier). Counted as created at their first use, not here.
+        Locations are not restored (the tiers say where copies are). Returns the nodes added."""
+        nodes, added = self.nodes, OrderedDict()
+        for key, r, e, e_spent, t_reuse in rows:
+            if key not in nodes:
+                node = nodes[key] = ContextNode(t_reuse, False)
+                node.R, node.E, node.e_spent = r, e, e_spent
+                added[key] = None
+        n = len(added)
+        if n:
+            self._restored.update(added)
+            added.update(self._recency)
+            self._recency = added
+        return n
 
     def _create(self, keys: list[int], found: list[ContextNode | None], start: int, now: float) -> None:
         """First computations (or recomputations after reclamation): a node for each key from ``start``
@@ -136,6 +185,7 @@ class ContextMetadata:
                 continue
             del recency[k]
             del nodes[k]
+            self._restored.discard(k)
             dropped += 1
         self.reclaimed += dropped
         return dropped

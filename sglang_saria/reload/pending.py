@@ -13,6 +13,12 @@ every rank has finished. A release while the worker still writes into the slots 
 job and keeps the slots until it ends. Nothing here imports SGLang: the tree, the pools, the
 locks and the ranks' agreement are the adapter's (`ReloadHost`, implemented by
 `hicache/radix_cache.py::SariaRadixCache`).
+
+One reload per page in flight: a request whose first stored page another request's reload is
+reading already (the same prefix) does not read it again. It follows that reload, waiting in
+the queue as the reload's own request does; when the reload ends the adapter resumes it
+(`ReloadHost.resume_follower`): it matches the published pages as a device hit and reads only
+the stored pages past them.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class PendingReload:
     deadline: float  # step clock; the `timeout` prefetch policy cuts the reload here
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
+    anchor_lock: Any = None  # a device-only anchor (a follower resumed on published pages): its path, until released
     # Hybrid trees: the GDN checkpoint at the end of the SSD pages (the sidecar of the last
     # page) and the device mamba slot it is gathered into: the new boundary node's value.
     state_key: Optional[str] = None
@@ -132,6 +139,10 @@ class ReloadHost(Protocol):
     def step_clock(self) -> float:
         """The step clock reload deadlines are timed by."""
 
+    def resume_follower(self, rid: str, context: Any) -> None:
+        """Request ``rid`` followed a reload that has ended: probe it again (``context``: what
+        it gave `follow`); what it still needs from the store is read by a reload of its own."""
+
 
 class ReloadMetrics(Protocol):
     def reload_fallback(self, reason: str) -> None: ...
@@ -151,14 +162,51 @@ class PendingReloads:
         self.abandoned: list[PendingReload] = []  # released while their job still runs
         self.inflight_tokens = 0  # device slots held by reload jobs
         self.inflight_states = 0  # device mamba slots held by reload jobs (hybrid trees)
+        self.reading: dict[str, str] = {}  # SSD page hash -> the request whose reload reads it
+        # request -> (request, resume context) of those waiting for its reload's pages; and the reverse
+        self.followers: dict[str, list[tuple[str, Any]]] = {}
+        self.following: dict[str, str] = {}
 
     def __contains__(self, rid: str) -> bool:
-        return rid in self.by_rid
+        return rid in self.by_rid or rid in self.following
 
     def track(self, pending: PendingReload) -> None:
         """A probed reload waits for its device memory (claimed at the next `start_deferred`)."""
         self.by_rid[pending.rid] = pending
         self.deferred.append(pending.rid)
+        for h in pending.ssd_hashes:
+            self.reading.setdefault(h, pending.rid)
+
+    def leader_of(self, page_hashes: list[str], whole: bool = False) -> Optional[str]:
+        """The request whose reload reads the first of these SSD pages already (None: none does).
+        ``whole`` (hybrid trees, whose prefixes end on a GDN state): only a reload that reads every
+        one of them and ends on the same page, whose state the published prefix ends with."""
+        rid = self.reading.get(page_hashes[0]) if page_hashes else None
+        if rid is None or not whole:
+            return rid
+        if any(self.reading.get(h) != rid for h in page_hashes) or self.by_rid[rid].ssd_hashes[-1] != page_hashes[-1]:
+            return None
+        return rid
+
+    def follow(self, rid: str, leader: str, context: Any = None) -> None:
+        """Request ``rid`` waits for ``leader``'s reload instead of reading the same pages;
+        ``context`` (the adapter's) goes back to the adapter when it resumes."""
+        self.following[rid] = leader
+        self.followers.setdefault(leader, []).append((rid, context))
+
+    def _leave(self, rid: str) -> PendingReload:
+        """A reload leaves the tracked set: its pages are no longer being read for others."""
+        pending = self.by_rid.pop(rid)
+        for h in pending.ssd_hashes:
+            if self.reading.get(h) == rid:
+                del self.reading[h]
+        return pending
+
+    def _wake(self, rid: str) -> None:
+        """A reload has ended (published or released): its followers resume (probe again)."""
+        for follower, context in self.followers.pop(rid, []):
+            del self.following[follower]
+            self.host.resume_follower(follower, context)
 
     def start_deferred(self, cap: int, wait: bool = False) -> None:
         """Submit waiting reloads in arrival order while at most ``cap`` tokens are in flight
@@ -176,8 +224,8 @@ class PendingReloads:
                 if self.host.step_clock() <= pending.deadline:
                     return
                 self.deferred.pop(0)
-                del self.by_rid[rid]
-                self.release(pending, "device_memory")
+                self.release(self._leave(rid), "device_memory")
+                self._wake(rid)
                 continue
             self.deferred.pop(0)
             self.inflight_states += pending.state_slot is not None
@@ -198,8 +246,8 @@ class PendingReloads:
             if pending.job is None:  # held back by the in-flight cap
                 if cut:
                     self.deferred.remove(rid)
-                    del self.by_rid[rid]
-                    self.release(pending, f"policy_{stop_policy}")
+                    self.release(self._leave(rid), f"policy_{stop_policy}")
+                    self._wake(rid)
                 continue
             if cut and not pending.job.done:
                 pending.job.stop()
@@ -207,8 +255,8 @@ class PendingReloads:
         landed = [p.job.done and not self.host.reload_loading(p) for p in running]
         for pending, done in zip(running, self.host.all_ranks_done(landed)):
             if done:
-                del self.by_rid[pending.rid]
-                self._end(pending)
+                self._end(self._leave(pending.rid))
+                self._wake(pending.rid)
 
     def _end(self, pending: PendingReload) -> None:
         """Publish an ended reload's landed pages, or release it when none can be used."""
@@ -256,12 +304,16 @@ class PendingReloads:
         self.abandoned = running
 
     def abort(self, rid: str) -> None:
-        """The request left (abort): its reload, waiting or running, is released."""
-        pending = self.by_rid.pop(rid, None)
-        if pending is not None:
+        """The request left (abort): its reload, waiting or running, is released (its followers
+        resume); a follower stops waiting."""
+        leader = self.following.pop(rid, None)
+        if leader is not None:
+            self.followers[leader] = [f for f in self.followers[leader] if f[0] != rid]
+        if rid in self.by_rid:
             if rid in self.deferred:
                 self.deferred.remove(rid)
-            self.release(pending, "aborted")
+            self.release(self._leave(rid), "aborted")
+            self._wake(rid)
 
     def reset(self) -> None:
         """Forget every reload (the pools are reset with the tree): jobs still running are
@@ -271,6 +323,7 @@ class PendingReloads:
                 pending.job.stop()
                 pending.job.wait()
         self.by_rid, self.deferred, self.abandoned = {}, [], []
+        self.reading, self.followers, self.following = {}, {}, {}
         self.hold(-self.inflight_tokens)
         self.inflight_states = 0
 

@@ -8,7 +8,8 @@ extra config (``StoreConfig.fault_injector``), with its arguments::
 
 or passes an instance in ``StoreConfig(fault_injector=ReadDelay(1.0))``. Never set one in production.
 
-``ReadDelay``: every read sleeps first. ``FullDisk``: every write fails with ENOSPC until freed.
+``ReadDelay``: every read sleeps first. ``FullDisk``: every write fails with ENOSPC until freed
+(or while a file the test names exists).
 """
 
 from __future__ import annotations
@@ -94,9 +95,18 @@ class DelayedReads(WrappedEngine):
 class FullDisk(FaultInjector):
     """Every slab write fails with ENOSPC, as on a full file system, until ``free()``; counts the
     writes the store tried while full (``refused``) and those that went through (``written``), so a
-    test sees whether the store kept writing into a full disk."""
+    test sees whether the store kept writing into a full disk.
 
-    def __init__(self, full: bool = True) -> None:
+    ``while_file``: full exactly while that file exists, so a test fills and frees the disk of a
+    store in a server process by creating and removing the file (`tests/faults/`)::
+
+        "fault_injector": {"class": "sglang_saria.storage.fault_injection:FullDisk", "while_file": "/tmp/x/full"}
+    """
+
+    def __init__(self, full: bool = True, while_file: str | None = None) -> None:
+        if while_file is not None and not (isinstance(while_file, str) and os.path.isabs(while_file)):
+            raise ConfigError(f"saria store config: fault_injector.while_file={while_file!r}: must be an absolute path (test-only)")
+        self.while_file = while_file
         self._full = threading.Event()
         if full:
             self._full.set()
@@ -112,6 +122,8 @@ class FullDisk(FaultInjector):
 
     @property
     def full(self) -> bool:
+        if self.while_file is not None:
+            return os.path.exists(self.while_file)
         return self._full.is_set()
 
     def wrap(self, engine: IOEngine) -> IOEngine:

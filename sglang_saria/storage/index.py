@@ -20,6 +20,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from sglang_saria.digest import as_int64
+from sglang_saria.storage.counters import CounterBatch, CounterRow
 from sglang_saria.storage.layout import blob_to_slots, slots_to_blob
 from sglang_saria.storage.private import FILE_MODE, make_private
 from sglang_saria.units import SECONDS_PER_HOUR
@@ -91,6 +92,9 @@ class SQLiteIndex:
             CREATE TABLE IF NOT EXISTS device_hours(
                 dir TEXT NOT NULL, hour INTEGER NOT NULL, bytes_written INTEGER NOT NULL,
                 PRIMARY KEY(dir, hour));
+            CREATE TABLE IF NOT EXISTS counters(
+                scope TEXT NOT NULL, key INTEGER NOT NULL, r INTEGER NOT NULL, e INTEGER NOT NULL,
+                e_spent INTEGER NOT NULL, t_reuse REAL NOT NULL, PRIMARY KEY(scope, key)) WITHOUT ROWID;
             """
         )
 
@@ -174,8 +178,10 @@ class SQLiteIndex:
         deletes: Iterable[str],
         touches: Iterable[Tuple[str, float]],
         devices: Dict[str, DeviceCounters],
+        counters: Optional[CounterBatch] = None,
     ) -> None:
-        """One transaction: deletes first (their slots may be reused by inserts)."""
+        """One transaction: deletes first (their slots may be reused by inserts); page counters
+        (``counters.py``) in the same one, rows older than their scope's expiry deleted."""
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
@@ -209,6 +215,8 @@ class SQLiteIndex:
                 oldest = min((min(c.hours) for c in devices.values() if c.hours), default=None)
                 if oldest is not None:
                     self._db.execute("DELETE FROM device_hours WHERE hour < ?", (oldest,))
+                if counters:
+                    self._commit_counters(counters)
                 self._db.execute("COMMIT")
             except BaseException:
                 # SQLite has rolled back already after some errors (SQLITE_FULL): a second
@@ -216,6 +224,26 @@ class SQLiteIndex:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise
+
+    def _commit_counters(self, batch: CounterBatch) -> None:
+        self._db.executemany(
+            "INSERT OR REPLACE INTO counters VALUES (?, ?, ?, ?, ?, ?)",
+            [(scope, as_int64(r.key), r.r, r.e, r.e_spent, r.t_reuse) for (scope, _), r in batch.rows.items()],
+        )
+        self._db.executemany("DELETE FROM counters WHERE scope = ? AND t_reuse < ?", list(batch.expire.items()))
+
+    def load_counters(self, scope: str, since: float) -> Tuple[List[CounterRow], int]:
+        """Rows of ``scope`` last used at or after ``since`` (wall clock), oldest first; the older
+        ones are deleted. Returns (rows, rows deleted)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key, r, e, e_spent, t_reuse FROM counters WHERE scope = ? AND t_reuse >= ? ORDER BY t_reuse",
+                (scope, since),
+            ).fetchall()
+            self._db.execute("BEGIN IMMEDIATE")
+            deleted = self._db.execute("DELETE FROM counters WHERE scope = ? AND t_reuse < ?", (scope, since)).rowcount
+            self._db.execute("COMMIT")
+        return [CounterRow(k & _U64, r, e, spent, t) for k, r, e, spent, t in rows], deleted
 
     def damage(self) -> Optional[str]:
         """What SQLite's quick check finds wrong with the file (None: readable)."""

@@ -20,7 +20,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 
 from sglang_saria.storage.config import ALIGN
-from sglang_saria.storage.private import open_private
+from sglang_saria.storage.private import open_private, writable_error
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +124,12 @@ def prepare_slab(path: str, nbytes: int, preallocate: bool) -> None:
                 nbytes - have,
                 path,
             )
-    fd = open_private(path, os.O_RDWR)
+    try:
+        fd = open_private(path, os.O_RDWR)
+    except OSError as e:  # a slab made read-only (mode, or a read-only file system): name it and its mode
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise ValueError(writable_error(path, "slab", is_dir=False) or f"saria store: slab {path!r}: {e}") from e
     try:
         have = os.fstat(fd).st_size
         if have >= nbytes:

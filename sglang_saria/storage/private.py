@@ -104,10 +104,30 @@ def prepare_private_dir(path: str) -> None:
             raise ValueError(f"saria store: data dir {path!r} cannot be created ({d}: {e.strerror})") from e
     st = os.stat(real)
     _check_own(path, st)
-    if stat.S_IMODE(st.st_mode) != DIR_MODE:
-        os.chmod(real, DIR_MODE)  # readable by others (an older release made it 0755): narrow it
-    if not os.access(real, os.W_OK | os.X_OK):
-        raise ValueError(f"saria store: data dir {path!r} is not writable")
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & ~DIR_MODE and not _read_only_fs(real):
+        os.chmod(real, mode & DIR_MODE)  # readable by others (an older release made it 0755): narrow it
+    error = writable_error(path, "data dir", is_dir=True)
+    if error is not None:
+        raise ValueError(error)
+
+
+def _read_only_fs(path: str) -> bool:
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def writable_error(path: str, what: str, is_dir: bool) -> str | None:
+    """Why this process cannot use ``path`` (an existing store directory or file), naming its
+    mode, or None. Modes never widen here: a directory its owner made read-only stays so."""
+    mode = f"{stat.S_IMODE(os.stat(path).st_mode):04o}"
+    if _read_only_fs(path):
+        return (f"saria store: {what} {path!r} (mode {mode}) is on a read-only file system; "
+                "remount it read-write or use another data dir")
+    if not os.access(path, os.R_OK | os.W_OK | (os.X_OK if is_dir else 0)):
+        kind = "read, write and enter" if is_dir else "read and write"
+        return (f"saria store: {what} {path!r} has mode {mode}: this server ({_owner(os.geteuid())}) cannot {kind} it; "
+                f"give it mode {'0700' if is_dir else '0600'} or use another data dir")
+    return None
 
 
 def open_private(path: str, flags: int) -> int:

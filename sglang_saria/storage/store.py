@@ -44,6 +44,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 from sglang_saria.storage.allocator import SlotAllocator
 from sglang_saria.storage.buffers import ScatterList, as_segments, total_bytes
 from sglang_saria.storage.config import DEFAULT_CAPACITY_BYTES, StoreConfig
+from sglang_saria.storage.counters import CounterRow, PendingCounters
 from sglang_saria.storage.endurance import DeviceAccount, DeviceEndurance
 from sglang_saria.storage.engine import select_engine
 from sglang_saria.storage.index import DeviceCounters, Entry, SQLiteIndex, index_path, newest_claims, open_index
@@ -73,6 +74,9 @@ class VictimOrder(Protocol):
 
     def touch_prefix(self, keys: Sequence[str]) -> None:
         """Stored objects of one prefix (head first) were read or written together."""
+
+    def demote(self, keys: Sequence[str]) -> int:
+        """Held objects of ``keys`` become the first victims, the last key first; returns how many."""
 
     def remove(self, key: str) -> None:
         """``key`` left the store."""
@@ -113,6 +117,7 @@ class SariaStore(WritePath):
         self._inflight: Dict[str, Future] = {}
         self._pending_deletes: List[str] = []
         self._touched: Dict[str, float] = {}
+        self._counters = PendingCounters()  # page counters for the next commit (counters.py)
         self._offline: Optional[str] = None  # why the store went offline, once it has
         self._recover()
         self._seq = self._index.max_seq()
@@ -421,6 +426,16 @@ class SariaStore(WritePath):
             if held:
                 self.order.touch_prefix(held)
 
+    def demote(self, keys: Sequence[str]) -> int:
+        """These objects (``keys`` head first; absent ones skipped) become the next victims, the
+        tail first: nothing will read them (an agent's session ended). Kept at the next commit
+        (access time 0: a restart recovers them at the eviction end too). Returns how many."""
+        with self._lock:
+            held = [k for k in keys if k in self._entries]
+            for k in held:
+                self._touched[k] = 0.0
+            return self.order.demote(held) if held else 0
+
     def evict(self, keys: Sequence[str]) -> List[str]:
         """Remove objects on the caller's decision (policy eviction); returns those removed."""
         removed = []
@@ -441,6 +456,25 @@ class SariaStore(WritePath):
     def free_bytes(self) -> int:
         with self._lock:
             return self._alloc.free_slots * self.layout.slot_bytes
+
+    # ---------------------------------------------------------------- page counters
+    def save_counters(
+        self, scope: str, rows: Sequence[CounterRow], expire_before: Optional[float] = None
+    ) -> "Future[bool]":
+        """Keep ``rows`` (a caller's per-page counters, ``counters.py``) with the next index commit:
+        the same transaction and sync as the pages' rows. Rows of ``scope`` used before
+        ``expire_before`` (wall clock) are deleted then. The future is True once they are
+        durable, False if the store went offline first."""
+        with self._lock:
+            self._check_open()
+            future = self._counters.add(scope, rows, expire_before)
+        self._commit_q.put(scope)  # wakes the committer (anything but a put, an event or None)
+        return future
+
+    def load_counters(self, scope: str, since: float) -> Tuple[List[CounterRow], int]:
+        """The counter rows of ``scope`` last used at or after ``since`` (wall clock), oldest first;
+        older ones are deleted. Returns (rows, rows deleted)."""
+        return self._index.load_counters(scope, since)
 
     # ---------------------------------------------------------------- stats
     def endurance(self) -> List[DeviceEndurance]:

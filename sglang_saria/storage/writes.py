@@ -270,13 +270,16 @@ class WritePath:
         if self._offline is not None:  # the index went with the data dir
             if puts:
                 self._fail_puts(puts, StoreOffline(self._offline))
+            with self._lock:
+                self._counters.take().done(False)
             return
         if not (puts or asked) and self._disk_full.since is not None:
             return
         with self._lock:
             deletes, self._pending_deletes = self._pending_deletes, []
             touches, self._touched = self._touched, {}
-        if not (puts or deletes or touches):
+            counters = self._counters.take()
+        if not (puts or deletes or touches or counters):
             return
         try:
             if puts and self.config.sync_writes:
@@ -287,10 +290,12 @@ class WritePath:
                 deletes,
                 touches.items(),
                 {d.data_dir: d.snapshot() for d in self._devices},
+                counters,
             )
         except BaseException as e:  # noqa: BLE001 - e.g. ENOSPC in the index: reads go on
             with self._lock:
                 self._pending_deletes = deletes + self._pending_deletes
+                self._counters.put_back(counters)
             if puts:
                 self._fail_puts(puts, e)
             elif is_enospc(e):
@@ -310,6 +315,7 @@ class WritePath:
             if puts:
                 self._count("put", "ok", len(puts))
             full_s = self._disk_full.succeeded(time.monotonic()) if puts else None
+        counters.done(True)
         if full_s is not None:
             logger.info("saria store %s: the disk has room again after %.1f s full: puts resumed", self.name, full_s)
         now = time.perf_counter()

@@ -15,7 +15,10 @@ prefix:
   failed its read leaves the index (full-duplicate admission may write a recomputed page
   anew, so the index is checked by the reload's own count, not read back later);
 - a request aborted while its reload is in flight: its slots go back to the pool (SGLang's
-  idle leak check and the reload gauge), and the prefix reloads for the next request.
+  idle leak check and the reload gauge), and the prefix reloads for the next request;
+- one reload per page (issue 30 item 8): three requests at once on one stored prefix, each with
+  a stored suffix of its own, read the shared pages once: one request reads them with its
+  suffix, the other two wait for that reload and then read only their own suffixes.
 
 `wait_complete` is SGLang's prefetch stop policy here: the default `timeout` policy would
 cut a 3-s reload at about 1 s (its point is tested in the unit tests of the worker).
@@ -44,7 +47,7 @@ from sglang_saria.launcher import (
 )
 from sglang_saria.storage.index import INDEX_NAME
 from sglang_saria.storage.layout import SLAB_NAME, blob_to_slots
-from tests.faults import flip_byte
+from tests.faults.injection import flip_byte
 
 pytestmark = pytest.mark.e2e
 
@@ -65,6 +68,9 @@ def _prompt(prefix: list[int]) -> list[int]:
 
 
 PREFIX_C, PREFIX_CORRUPT, PREFIX_ABORT, PREFIX_IO, PREFIX_CAP_A, PREFIX_CAP_B = (_prefix(s) for s in range(1, 7))
+SHARED_PAGES, OWN_PAGES = 5, 3  # a shared stored prefix, then a stored suffix per request
+SHARED = [(101 * 29 + 13 * j) % 1000 + 5 for j in range(SHARED_PAGES * PAGE)]
+SHARING = tuple(SHARED + [(k * 131 + 17 * j) % 900 + 40 for j in range(OWN_PAGES * PAGE)] for k in (1, 2, 3))
 STORED = (PREFIX_C, PREFIX_CORRUPT, PREFIX_ABORT, PREFIX_IO, PREFIX_CAP_A, PREFIX_CAP_B)
 # transfer.max_inflight_reload_tokens of the restarted server: one prefix's pages at a time.
 INFLIGHT_CAP = PREFIX_PAGES * PAGE
@@ -119,7 +125,7 @@ def store(start_server, tmp_path_factory) -> Path:
     two more prompts push them out of the 512-token device pool)."""
     path = tmp_path_factory.mktemp("store-async")
     with start_server(saria_hicache_args(_extra(path)), env=AUDIT_ENV) as server:
-        for prefix in STORED + (_prefix(7), _prefix(8)):
+        for prefix in SHARING + STORED + (_prefix(7), _prefix(8)):
             server.generate(prefix, max_new_tokens=1)
             server.wait_storage_writes()
     for prefix in STORED:
@@ -189,6 +195,27 @@ def test_inflight_cap_holds_a_second_reload_back_until_the_first_is_admitted(ser
     first, second = sorted((a, b), key=lambda r: r.first_token_at)
     assert second.first_token_at - second.sent >= first.first_token_at - first.sent + 2 * READ_DELAY_S
 
+
+
+def test_requests_on_one_stored_prefix_read_each_page_once(server, cold_run):
+    """The issue's case (SGLang's storage tests: requests sharing a prefix after a flush): the
+    shared pages are read for one request only; the others match them on the device once that
+    reload is published, and read their own stored suffixes in reloads of their own."""
+    before = saria_metrics(server.metrics())
+    with ThreadPoolExecutor(len(SHARING)) as pool:
+        runs = list(pool.map(server.generate, [_prompt(p) for p in SHARING]))
+    after = saria_metrics(server.metrics())
+    pages = SHARED_PAGES + len(SHARING) * OWN_PAGES
+    assert _delta(before, after, "sglang:saria_store_pages_read_total/device") == pages  # not 3 x 8
+    assert _delta(before, after, "sglang:saria_reload_followers_total") == len(SHARING) - 1
+    tiers = sorted((cached_tokens(r) for r in runs), key=lambda t: t["storage"])
+    own, whole = OWN_PAGES * PAGE, (SHARED_PAGES + OWN_PAGES) * PAGE
+    assert tiers == [{"device": SHARED_PAGES * PAGE, "host": 0, "storage": own}] * 2 + [
+        {"device": 0, "host": 0, "storage": whole}]
+    for prompt, run in zip(SHARING, runs):
+        assert_matches_cold(run, cold_run(_prompt(prompt)), "a request sharing a stored prefix")
+    assert _delta(before, after, "sglang:saria_kv_audit_pages_total/ssd_to_device/kv") == pages
+    assert_kv_audit_clean(after, ("ssd_to_device",))
 
 
 def _served_while(server, prompt: list[int], fault) -> dict:

@@ -53,10 +53,15 @@ def test_port_in_use_is_named(tiny_model):
     [
         ({"promotion": {"ratio": 1.5}}, r"promotion.ratio=1.5: must be in \[0, 1\]"),
         ({"data_dirs": []}, r"data_dirs=\[\] must be a non-empty list of paths"),
+        # storage/preflight.py: also a capacity above the free space, a read-only data dir or slab
+        ({"capacity": "1KiB"}, r"capacity=1024 bytes holds no store slot: the minimum is 4096 bytes"),
     ],
-    ids=["ratio-outside-0-1", "no-data-dir"],
+    ids=["ratio-outside-0-1", "no-data-dir", "capacity-below-a-slot"],
 )
-def test_bad_saria_extra_config_stops_the_server_naming_it(tiny_model, extra, message):
-    config = ServerConfig(tiny_model, args=saria_hicache_args(extra))
+def test_bad_saria_extra_config_stops_the_server_naming_it(tiny_model, tmp_path, extra, message):
+    """In the launching process (patch 008), before the model loads."""
+    extra = {"data_dirs": [str(tmp_path / "store")], **extra}
+    config = ServerConfig(tiny_model, args=saria_hicache_args(extra), log_path=tmp_path / "server.log")
     with pytest.raises(ServerError, match=message):
         SGLangServer(config).start()
+    assert "Load weight begin" not in config.log_path.read_text()

@@ -159,3 +159,18 @@ def test_launch_check_refuses_a_foreign_or_shared_data_dir_before_creating_anyth
     fresh = tmp_path / "not-yet" / "store"
     check_extra_config(f'{{"data_dirs": ["{fresh}"], "capacity": "64MiB"}}')
     assert not fresh.parent.exists()  # checked, not created: the store makes it when it opens
+
+
+@pytest.mark.parametrize("name", ["saria-index.sqlite", "saria-slab.dat"])
+def test_a_read_only_store_file_found_when_the_backend_opens_is_named_with_its_mode(tmp_path, name):
+    """At runtime attach no launch check ran: the backend checks its rank directory before the
+    store opens it (a read-only index would otherwise be a raw OSError, or moved aside as damaged)."""
+    from tests.faults.injection import read_only
+
+    config = storage_config({"data_dirs": [str(tmp_path / "store")], "capacity": "32MiB"})
+    SariaStorage(config, mha_host_pool("page_first_direct")).close()
+    path = tmp_path / "store" / "rank_tp0of1" / name
+    with read_only(path):
+        with pytest.raises(ValueError, match=rf"{name} '{path}' (\(mode 0600\) is on a read-only file system|has mode 0400)"):
+            SariaStorage(config, mha_host_pool("page_first_direct"))
+    assert sorted(p.name for p in path.parent.iterdir() if "damaged" in p.name) == []

@@ -56,3 +56,30 @@ def test_reclaimed_block_returns_as_new_with_fresh_counters():
     assert core.metadata.get(1) is None
     run_request(core, [1], 30.0)
     assert core.metadata.get(1).R == 0 and core.metadata.get(1).E == 0
+
+
+def test_changed_counters_are_taken_once_and_reclaimed_ones_skipped():
+    md = ContextMetadata(4, None, 10.0)
+    md.changed = set()
+    md.record_use([1, 2], 0.0)
+    md.get(2).E += 1
+    md.note_changed([2])
+    assert sorted(k for k, _ in md.take_changed()) == [1, 2]
+    assert md.take_changed() == []
+    md.note_changed([1])
+    md.reclaim(100.0)  # both unused for a whole window, no tier holds them
+    assert md.take_changed() == []
+
+
+def test_restored_counters_keep_their_history_and_count_as_created_at_first_use():
+    md = ContextMetadata(4, None, 100.0)
+    md.record_use([9], 50.0)
+    assert md.restore([(1, 3, 2, 1, 10.0), (2, 0, 1, 0, 20.0), (9, 7, 7, 7, 0.0)]) == 2  # 9 is known: kept as is
+    assert (md.get(1).R, md.get(1).E, md.get(1).e_spent, md.get(1).t_reuse) == (3, 2, 1, 10.0)
+    assert md.get(9).R == 0 and md.created == 1
+    md.record_use([1], 60.0)
+    md.record_use([1], 61.0)
+    assert md.get(1).R == 5 and md.created == 2  # counted as created once, at its first use here
+    # restored nodes are the least recent: a window later the unused one goes first
+    md.reclaim(125.0)
+    assert md.get(2) is None and md.get(1) is not None and md.get(9) is not None

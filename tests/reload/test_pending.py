@@ -38,6 +38,7 @@ class FakeHost:
     freed_slots: int = 0
     freed_states: int = 0
     unlocked: list[str] = field(default_factory=list)
+    resumed: list[tuple[str, object]] = field(default_factory=list)  # followers told to probe again
 
     def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
         need_state = pending.state_key is not None
@@ -81,6 +82,9 @@ class FakeHost:
 
     def step_clock(self) -> float:
         return self.clock
+
+    def resume_follower(self, rid: str, context: object) -> None:
+        self.resumed.append((rid, context))
 
 
 @dataclass
@@ -277,3 +281,50 @@ def test_the_job_gathers_tail_dram_pages_before_its_ssd_pages():
     assert job.page_hashes == ["a-1", "a-2"] and torch.equal(job.ssd_slots, slots[PAGE:])
     assert torch.equal(job.host_device_slots, slots[:PAGE]) and torch.equal(job.host_slots, p.tail_host_slots)
     assert job.dram_bytes == (8 + PAGE) * (PAGE_BYTES // PAGE) and job.state is None
+
+
+# ---------------------------------------------------------------- one reload per page in flight
+
+
+def test_request_on_pages_being_reloaded_follows_that_reload_until_it_is_published():
+    host = FakeHost()
+    reloads = PendingReloads(host, Metrics(), PAGE)
+    leader = pending("a", 3)
+    reloads.track(leader)
+    assert reloads.leader_of(["a-0", "a-1"]) == "a"  # a shorter request on the same prefix
+    assert reloads.leader_of(["a-0", "a-1", "a-2", "b-3"]) == "a"  # a longer one: reads b-3 after a ends
+    assert reloads.leader_of(["x-9", "a-1"]) is None  # its first page is read by nobody: it reads itself
+    # hybrid trees: only a reload of all of them, ending on the same page (the GDN state is at its end)
+    assert reloads.leader_of(["a-0", "a-1"], whole=True) is None
+    assert reloads.leader_of(["a-0", "a-1", "a-2", "b-3"], whole=True) is None
+    assert reloads.leader_of(["a-0", "a-1", "a-2"], whole=True) == "a"
+    reloads.follow("b", "a", context="b's probe")
+    assert "b" in reloads  # waits in the queue (check_prefetch_progress)
+    reloads.start_deferred(cap=1000)
+    assert len(host.submitted) == 1  # one job: b reads nothing yet
+    finish(host.submitted[0])
+    reloads.advance("wait_complete")
+    assert host.published == ["a"] and host.resumed == [("b", "b's probe")]  # b matches a's pages, probes the rest
+    assert "b" not in reloads and reloads.reading == {}
+
+
+def test_followers_of_a_released_reload_probe_again_and_an_aborted_follower_is_forgotten():
+    host = FakeHost(free=0)  # the pool cannot take the reload: released at its deadline
+    reloads = PendingReloads(host, Metrics(), PAGE)
+    reloads.track(pending("a", 2, deadline=1.0))
+    reloads.follow("b", "a")
+    reloads.follow("c", "a")
+    reloads.abort("c")
+    host.clock = 2.0
+    reloads.start_deferred(cap=1000)
+    assert host.resumed == [("b", None)]  # b reads the pages itself now; c left
+    assert not reloads.following and not reloads.followers and not reloads.reading
+
+
+def test_aborted_leader_hands_its_followers_back():
+    host = FakeHost()
+    reloads = PendingReloads(host, Metrics(), PAGE)
+    reloads.track(pending("a", 2))
+    reloads.follow("b", "a")
+    reloads.abort("a")
+    assert host.resumed == [("b", None)] and "b" not in reloads

@@ -142,6 +142,7 @@ def test_capacity_above_the_free_space_is_refused_before_preallocating(make_stor
     class Vfs:
         def __init__(self, st):
             self.f_frsize, self.f_blocks, self.f_bavail = 4096, st.f_blocks, 256  # 1 MiB free
+            self.f_flag = st.f_flag  # read-only or not: the store checks it too
 
     monkeypatch.setattr(layout.os, "statvfs", lambda path: Vfs(real(path)))
     fallocated = []
@@ -152,3 +153,21 @@ def test_capacity_above_the_free_space_is_refused_before_preallocating(make_stor
     data_dir = store_dirs(1)[0]
     assert repr(data_dir) in msg and f"{16 << 20} more bytes" in msg and f"{1 << 20} bytes free" in msg
     assert fallocated == [] and not os.path.exists(os.path.join(data_dir, "saria-slab.dat"))
+
+
+def test_a_disk_full_while_a_file_exists_fills_and_frees_with_it(make_store, payload, tmp_path):
+    """The server tests' disk (tests/faults/): the store runs in another process, so the test
+    fills and frees it with a file; a put while the file exists fails ENOSPC, and once it is
+    gone (and the retry is due) puts commit again."""
+    flag = tmp_path / "full"
+    disk = FullDisk(while_file=str(flag))
+    store = make_store(fault_injector=disk)
+    assert store.put("a", payload("a", SLOT)).ok
+    flag.touch()
+    assert store.put("b", payload("b", SLOT)).error.startswith("ENOSPC")
+    flag.unlink()
+    time.sleep(DISK_FULL_FIRST_RETRY_S)  # the store's own back-off: one retry after 1 s
+    assert store.put("c", payload("c", SLOT)).ok
+    assert (disk.refused, disk.written) == (1, 2)
+    with pytest.raises(ValueError, match=r"fault_injector.while_file='full': must be an absolute path"):
+        FullDisk(while_file="full")

@@ -22,7 +22,7 @@ from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.fault_injection import DelayedReads, ReadDelay
 from sglang_saria.storage.store import GetStatus, SariaStore
 from sglang_saria.units import ConfigError
-from tests.faults import flip_byte
+from tests.faults.injection import flip_byte
 
 SLOT = 64 * 1024
 

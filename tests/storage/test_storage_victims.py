@@ -71,3 +71,19 @@ def test_removals_leave_the_order(tmp_path):
         assert store.put("b", _data(1), overwrite=False).ok
         assert store.put("a", _data(7), overwrite=True).ok  # an overwrite is a write: most recent
         assert store.keys() == ["c", "b", "a"]
+
+
+def test_demoted_objects_are_the_next_victims_tail_first_and_stay_first_after_reopen(tmp_path):
+    """An agent's session ended (issue 26): its objects go before older ones, the tail before the
+    head; the demotion is kept in the index, so a reopened store evicts them first too."""
+    evicted = []
+    with _store(tmp_path, 5, on_evict=evicted.extend) as store:
+        for i, k in enumerate(["old", "s0", "s1", "s2", "new"]):
+            assert store.put(k, _data(i)).ok
+        assert store.demote(["s0", "s1", "s2", "gone"]) == 3  # absent keys are skipped
+        assert store.keys()[:3] == ["s2", "s1", "s0"] and store.keys()[3:] == ["old", "new"]
+        assert store.put("x", _data(5)).evicted == ["s2"]
+        store.flush()  # the demotion is in the index now
+    with _store(tmp_path, 5, on_evict=evicted.extend) as again:
+        assert again.keys()[:2] == ["s0", "s1"]  # recovered at the eviction end (write order among them)
+        assert again.put("y", _data(6)).evicted == ["s0"]
