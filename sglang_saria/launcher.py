@@ -120,6 +120,28 @@ class StreamedResult:
         return max((b - a for a, b in zip(self.chunk_times, self.chunk_times[1:])), default=0.0)
 
 
+def log_tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a process's log (for error messages)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def stop_process_group(process: subprocess.Popen | None) -> None:
+    """SIGTERM a process's whole group (it was started in a session of its own), SIGKILL after 30 s."""
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+
+
 class SGLangServer:
     """Context manager around one server process; `stop()` is always safe to call."""
 
@@ -195,22 +217,10 @@ class SGLangServer:
         raise ServerError(f"sglang server not healthy after {self.config.startup_timeout_s:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        except ProcessLookupError:
-            pass
+        stop_process_group(self.process)
 
     def kill(self) -> None:
         """SIGKILL every process of the server at once, as a crash or the OOM killer would:

@@ -57,7 +57,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -67,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sglang_saria.cluster.workers import ClusterError
-from sglang_saria.launcher import free_port, port_in_use
+from sglang_saria.launcher import free_port, log_tail, port_in_use, stop_process_group
 
 POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
 # The router panics with this when its port or its Prometheus port is taken.
@@ -212,19 +211,7 @@ class RouterProcess:
                            f"{timeout_s:.0f} s (it has {seen}):\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-        except ProcessLookupError:
-            pass
+        stop_process_group(self.process)
