@@ -37,10 +37,9 @@ from sglang_saria.mem_cache.metadata import SSD
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.core import SariaCore
 from sglang_saria.replay.driver import ReplayRun, ReplaySettings
-from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import RequestLog, same_requests
 from sglang_saria.replay.trace import TraceSession
-from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.replay.workload import session_starts
 
 SYNTHETIC = "synthetic"  # calibrated to the paper's TraceLab sessions (replay/synthetic.py)
 SYNTH_NOTE = "TraceLab-calibrated synthetic sessions"
@@ -135,14 +134,11 @@ class Extended:
     def __init__(self, run: Runner) -> None:
         self.progress = run.progress  # not the Runner itself: it is the weak key this is cached under
         self.results: dict[tuple[Setup, Ext], dict] = {}
-        self.traces: dict[tuple, list[TraceSession]] = getattr(run, "_traces", {})  # the Runner's, when it has one
+        self._run = weakref.ref(run)
 
     def sessions(self, s: Setup) -> list[TraceSession]:
-        bt = get_model_spec(s.model).default_block_tokens
-        key = (s.trace, bt, s.sessions)
-        if key not in self.traces:
-            self.traces[key] = apply_limits(load_trace(s.trace, bt, max_sessions=s.sessions))
-        return self.traces[key]
+        """The Runner's sessions (loaded once, shared with its own replays)."""
+        return self._run().sessions(s)
 
     def __call__(self, s: Setup, ext: Ext) -> dict:
         if s.policy in ("none", "full-duplicate"):
@@ -196,9 +192,7 @@ def paper_run(run: Runner, s: Setup, ext: Ext = Ext()) -> dict:
 
 def paper_sessions(run: Runner, trace: str, model: str, n: int | None) -> list[TraceSession]:
     """The sessions a figure replays (loaded once per Runner)."""
-    if run not in _EXTENDED:
-        _EXTENDED[run] = Extended(run)
-    return _EXTENDED[run].sessions(Setup(trace, model, n))
+    return run.sessions(Setup(trace, model, n))
 
 
 def _weka_or_synthetic(workload: str, sessions: int | None) -> tuple[str, int | None]:

@@ -82,16 +82,20 @@ class Runner:
         self._results: dict[Setup, dict] = {}
         self.progress = progress
 
+    def sessions(self, s: Setup) -> list:
+        """The setup's sessions, loaded once per (trace, block size, count) for every figure."""
+        key = (s.trace, get_model_spec(s.model).default_block_tokens, s.sessions)
+        if key not in self._traces:
+            self._traces[key] = apply_limits(load_trace(s.trace, key[1], max_sessions=s.sessions))
+        return self._traces[key]
+
     def __call__(self, s: Setup) -> dict:
         if s.policy in ("none", "full-duplicate"):
             s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
         if s not in self._results:
             spec = get_model_spec(s.model)
             bt = spec.default_block_tokens
-            key = (s.trace, bt, s.sessions)
-            if key not in self._traces:
-                self._traces[key] = apply_limits(load_trace(s.trace, bt, max_sessions=s.sessions))
-            sessions = self._traces[key]
+            sessions = self.sessions(s)
             settings = ReplaySettings(window_s=s.window_h * 3600.0, in_flight=s.in_flight,
                                       prefill_tokens_per_s=s.prefill_tps)
             cfg = SariaConfig(
