@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from prometheus_client import REGISTRY
 
-from sglang_saria.storage import layout
+from sglang_saria.storage import layout, writes
 from sglang_saria.storage.fault_injection import FullDisk
 from sglang_saria.storage.index import Entry, SQLiteIndex
 from sglang_saria.storage.results import describe, is_enospc
@@ -117,7 +117,24 @@ def test_index_commit_into_a_full_disk_raises_sqlite_full_not_a_rollback_error(t
     index.close()
 
 
-def test_enospc_from_an_index_commit_is_counted_enospc_and_fills_the_store(make_store, payload):
+class FrozenBackOffClock:
+    """``writes.time`` with a monotonic clock the test moves: on a loaded machine the 40 puts
+    below can span the 1 s back-off, and a retry whose one entry fits the index's last page
+    would end the episode before the test looks at it."""
+
+    def __init__(self):
+        self.now = time.monotonic()
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_enospc_from_an_index_commit_is_counted_enospc_and_fills_the_store(make_store, payload, monkeypatch):
+    clock = FrozenBackOffClock()
+    monkeypatch.setattr(writes, "time", clock)
     store = make_store()
     assert store.put("old", payload("old", SLOT)).ok
     db = store._index._db  # the index's file system fills up: SQLite answers SQLITE_FULL
@@ -132,7 +149,7 @@ def test_enospc_from_an_index_commit_is_counted_enospc_and_fills_the_store(make_
     dest = np.zeros(SLOT, np.uint8)
     assert store.get("old", dest) is GetStatus.HIT
     db.execute("PRAGMA max_page_count = 1073741823")  # space freed
-    time.sleep(DISK_FULL_FIRST_RETRY_S * 1.1)
+    clock.now += DISK_FULL_FIRST_RETRY_S * 1.1
     assert store.put("after", payload("after", SLOT)).ok and store.disk_full is None
 
 
