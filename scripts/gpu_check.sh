@@ -30,7 +30,7 @@ gpu_tests() {  # a skip on a GPU host is a failure
   ! grep -q "SKIPPED" /tmp/saria-gpu-pytest.log || { echo "a gpu test skipped on a GPU host"; return 1; }
 }
 
-run "GPU kit (store, gather, digest, reload)" env PYTHON="$PY" bash scripts/gpu_kit.sh
+run "GPU kit (store, queues, gather, digest, reload)" env PYTHON="$PY" bash scripts/gpu_kit.sh
 run "pytest -m gpu" gpu_tests
 run "hybrid reload: FA pages + GDN state, direct vs host-staged" timeout 300 "$PY" scripts/bench_reload.py --device cuda --hybrid-only --pages 16 64 256
 run "serving: TTFT per policy, logprobs equal cold" timeout 900 "$PY" scripts/bench_serving.py --device cuda --check

@@ -3,6 +3,8 @@
 #   env       versions, the GPU, kvikio's GDS or compat mode; kit modules import without SGLang
 #   store     the Saria store on kvikio: put/get into CUDA tensors, checksums, read GB/s vs a raw
 #             kvikio read of the same slab bytes
+#   queues    read latency into CUDA memory idle and beside a stream of puts (writes on the store's
+#             own write pool, reads through kvikio): medians of 7 runs and their ratio
 #   gather    compiled Triton gather, FA and FA+GDN plans, fp16/bf16/fp32: bit-exact vs torch,
 #             GB/s vs index_copy_
 #   checksum  device digest of pages read into GPU memory vs the digests the store recorded

@@ -31,13 +31,17 @@ TORCH_EXTENSIONS_DIR = Path(sys.prefix) / "torch_extensions"
 # token-id requests all work. --sleep-on-idle: without it an idle scheduler spins a whole
 # core (on a 2-core machine a server kept for later requests halves everyone else's CPU);
 # an idle scheduler then wakes on a request at once, and for HiCache's pending write
-# acknowledgements at least once a second.
+# acknowledgements at least once a second. --mem-fraction-static: on CPU the "device memory"
+# SGLang profiles is the machine's free RAM, which other processes change while a server loads
+# its weights; at 0.05 a 5% drop between the two readings refused the server ("Loaded weights
+# leave no GPU memory for the KV cache", seen with three test servers starting at once), 0.3
+# tolerates 30%. Every caller sizes its pools with --max-total-tokens.
 CPU_FLAGS = (
     "--device", "cpu",
     "--attention-backend", "torch_native",
     "--cuda-graph-backend-decode", "disabled",
     "--cuda-graph-backend-prefill", "disabled",
-    "--mem-fraction-static", "0.05",
+    "--mem-fraction-static", "0.3",
     "--sleep-on-idle",
 )
 

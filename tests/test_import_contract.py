@@ -223,3 +223,16 @@ def test_contract_catches_imports_of_scripts_and_tests(tmp_path: Path, line: str
     root = _tree(tmp_path, {"units.py": f"def f():\n    {line}\n"})
     [violation] = layer_violations(import_graph(root), ALLOWED)
     assert "never imports scripts/ or tests/" in violation
+
+
+def test_the_backend_imports_without_prometheus_client():
+    """SGLang validates the saria extra-config at launch (patch 008), importing the backend in its
+    main process before it sets PROMETHEUS_MULTIPROC_DIR; prometheus_client fixes its value class
+    when first imported, so an import here would hide the main process's (and, under fork, every
+    subprocess's) metrics from /metrics."""
+    import subprocess
+    import sys
+
+    probe = "import sys, sglang_saria.hicache.backend; print('prometheus_client' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.strip() == "False"

@@ -9,12 +9,17 @@ from collections.abc import Callable
 import torch
 
 
-def median_seconds(fn: Callable[[], object], repeats: int, cuda: bool, warmup: int = 1) -> float:
-    """Median of ``repeats`` timed calls after ``warmup`` untimed ones (first CUDA launches compile)."""
+def median_seconds(
+    fn: Callable[[], object], repeats: int, cuda: bool, warmup: int = 1, before: Callable[[], object] | None = None
+) -> float:
+    """Median of ``repeats`` timed calls after ``warmup`` untimed ones (first CUDA launches compile);
+    ``before`` runs untimed ahead of each call (e.g. dropping the page cache)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         if cuda:
             torch.cuda.synchronize()
         start = time.perf_counter()

@@ -2,6 +2,8 @@
 
 Every ``--policy`` is replayed on the identical workload (same sessions, same start
 times), so the rows of the table differ only by policy. Ctrl-C prints what finished.
+``--nodes N --router R`` replays a fleet of N nodes behind a router (``replay/fleet.py``): the
+table is the fleet's, followed by each policy's per-node table.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from sglang_saria.config import (
 )
 from sglang_saria.model_specs import MODEL_SPECS, get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.fleet import FleetSettings, fleet_replay, format_nodes
 from sglang_saria.replay.metrics import format_table, same_requests
+from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.units import parse_count, parse_duration_s
 
 logger = logging.getLogger(__name__)
@@ -80,6 +84,10 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    help="the drives' write bandwidth; SSD writes take it out of the GDS read budget while they drain")
     p.add_argument("--context-limit", default="450000", help="drop requests past this context length")
     p.add_argument("--horizon", default="24h", help="24 h truncation: keep the requests recorded to arrive within this time of the replay start (a filter on the workload; every kept request is served, however long the replay runs)")
+    p.add_argument("--nodes", type=int, default=1, help="nodes in the fleet, each with its own DRAM, SSD and GPU "
+                   "(the capacities and prefill rate above are per node); the sessions are spread over them")
+    p.add_argument("--router", default=None, help=f"routing of requests to nodes: {' | '.join(ROUTERS)} (sglang-router "
+                   "0.3.2's policies; default cache_aware when --nodes > 1; random is seeded by --seed)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -114,6 +122,13 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
     return cfg.validate()
 
 
+def fleet_settings(args: argparse.Namespace) -> FleetSettings | None:
+    """The fleet of ``--nodes``/``--router`` (validated), or None for today's single node."""
+    if args.nodes == 1 and args.router is None:
+        return None
+    return FleetSettings(nodes=args.nodes, router=args.router or "cache_aware", seed=args.seed).validate()
+
+
 def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
     """Replay every policy; ``logs`` (if given) receives each replay's ``RequestLog``."""
     from sglang_saria.replay.loaders import load_trace
@@ -122,6 +137,9 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
     policies = args.policy or DEFAULT_POLICIES
     spec = get_model_spec(args.model)
     cfgs = [build_config(args, p) for p in policies]  # validate every policy before replaying any
+    fleet = fleet_settings(args)
+    if fleet is not None and "oracle" in policies:
+        raise ConfigError("--policy oracle: the clairvoyant bound is single-node only (no --nodes/--router)")
     settings = ReplaySettings(
         window_s=parse_duration_s(args.window, "--window"),
         seed=args.seed,
@@ -136,10 +154,14 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
     sessions = load_trace(args.trace, block_tokens, max_sessions=args.sessions)
     sessions = apply_limits(sessions, context_limit_tokens=context_limit)
     starts = session_starts(sessions, settings.window_s, settings.seed)
-    results = []
+    results, fleets = [], []
     interrupted = False
     for policy, cfg in zip(policies, cfgs):
-        res = replay(sessions, starts, cfg, spec, settings, progress=not args.no_progress, label=policy)
+        if fleet is None:
+            res = replay(sessions, starts, cfg, spec, settings, progress=not args.no_progress, label=policy)
+        else:
+            res = fleet_replay(sessions, starts, cfg, spec, settings, fleet, progress=not args.no_progress, label=policy)
+            fleets.append({"policy": policy, **res.fleet, "per_node": res.per_node})
         results.append(res.metrics)
         if logs is not None:
             logs.append(res.log)
@@ -169,10 +191,14 @@ def run(args: argparse.Namespace, logs: list | None = None) -> dict[str, Any]:
             "admission_rule": args.admission_rule,
             "policies": policies,
             "interrupted": interrupted,
+            "nodes": args.nodes,
+            "router": fleet.router if fleet else None,
             **base,
         },
         "results": results,
     }
+    if fleet is not None:
+        out["fleet"] = fleets
     return out
 
 
@@ -186,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"saria-replay: error: {e}", file=sys.stderr)
         return 2
     print(format_table(out["results"]))
+    for metrics, f in zip(out["results"], out.get("fleet", [])):
+        print(f"\n{format_nodes(metrics, f, f['per_node'])}")
     if out["config"]["interrupted"]:
         print("(interrupted: partial results)")
     if args.json_path:

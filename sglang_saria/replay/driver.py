@@ -38,7 +38,7 @@ from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.core import Actions, SariaCore, WriteHook
 from sglang_saria.replay.metrics import RequestLog, summarize
 from sglang_saria.replay.oracle import FutureNeeds, NeedsRecorder, OracleAdmission, request_id
-from sglang_saria.replay.workload import dense_keys, truncate
+from sglang_saria.replay.workload import Truncation, dense_keys, truncate
 from sglang_saria.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
@@ -155,14 +155,39 @@ class _RequestKeys:
         return keys, achievable
 
 
-class ReplayRun:
-    """One replay's state and its steps: issue -> admit -> transfer done -> compute done.
+@dataclass
+class ReplayWorkload:
+    """What every node of one replay shares: the sessions, their request keys, the truncation and the
+    event queue (issues and compute completions). One node's replay owns one; a fleet's nodes share it
+    (``replay/fleet.py``), so the same requests exist, in the same key space, however they are routed."""
 
-    Each step is a method, so a test can drive one alone; ``loop`` runs them in time order.
+    sessions: Sequence["TraceSession"]
+    keys: _RequestKeys
+    truncation: Truncation
+    events: _Events
+
+    @classmethod
+    def build(cls, sessions: Sequence["TraceSession"], start_times: Sequence[float], horizon_s: float,
+              checkpoint_stride: int) -> "ReplayWorkload":
+        """The workload with every kept session's first request queued at its start time."""
+        w = cls(sessions, _RequestKeys(sessions, checkpoint_stride), truncate(sessions, start_times, horizon_s), _Events())
+        for sid, t0 in enumerate(start_times):
+            if w.truncation.kept[sid]:
+                w.events.push(float(t0), _ISSUE, (sid, 0))
+        return w
+
+
+class ReplayRun:
+    """One node's replay state and its steps: issue -> admit -> transfer done -> compute done.
+
+    Each step is a method, so a test can drive one alone; ``loop`` runs them in time order. A fleet
+    (``replay/fleet.py``) builds one per node over a shared ``ReplayWorkload`` and runs its own loop;
+    ``node`` tags this node's compute completions in the shared event queue.
     """
 
     def __init__(self, sessions: Sequence["TraceSession"], start_times: Sequence[float], cfg: SariaConfig,
-                 spec: ModelSpec, settings: ReplaySettings, on_write: WriteHook | None = None) -> None:
+                 spec: ModelSpec, settings: ReplaySettings, on_write: WriteHook | None = None,
+                 workload: ReplayWorkload | None = None, node: int = 0) -> None:
         self.settings = settings.validate()
         if len(start_times) != len(sessions):
             raise ValueError(f"{len(start_times)} start times for {len(sessions)} sessions")
@@ -174,12 +199,15 @@ class ReplayRun:
         self.oracle = admission if isinstance(admission, OracleAdmission) else None
         self.needs = NeedsRecorder() if self.oracle is not None else None
         self.hints = admission.hints if settings.hints != "none" else None
-        self.keys = _RequestKeys(sessions, self.core.metadata.checkpoint_stride)
+        if workload is None:
+            workload = ReplayWorkload.build(sessions, start_times, settings.horizon_s, self.core.metadata.checkpoint_stride)
+        self.workload = workload
+        self.keys, self.truncation, self.events = workload.keys, workload.truncation, workload.events
+        self.compute_kind = _COMPUTE_DONE + node  # the event kind of this node's first tokens
         self.coord = TransferCoordinator(cfg.bandwidth, cfg.transfer.mode, settings.ssd_write_gbps)
         self.promoted_bytes = 0
         self.block_tokens = cfg.metadata.block_tokens
         self.log = RequestLog()
-        self.events = _Events()
         self.waiting: deque[tuple[int, int, float]] = deque()  # (sid, ridx, issue t) while in_flight was full, FIFO
         self.active: dict[int, _Active] = {}
         self.in_flight = 0
@@ -188,11 +216,7 @@ class ReplayRun:
         self.end_t = 0.0
         self.block_events = 0
         self.next_rid = 0
-        self.truncation = truncate(sessions, start_times, settings.horizon_s)
         self.served_digest = 0  # order-free sum of the served requests' ids: equal sums, equal request sets
-        for sid, t0 in enumerate(start_times):
-            if self.truncation.kept[sid]:
-                self.events.push(float(t0), _ISSUE, (sid, 0))
 
     def issue(self, sid: int, ridx: int, t: float) -> None:
         """The client sends a request: admitted if a slot is free, else it waits (FIFO)."""
@@ -235,7 +259,7 @@ class ReplayRun:
         prefill_s = a.computed_tokens / self.settings.prefill_tokens_per_s
         self.gpu_busy += prefill_s
         self.gpu_free = max(self.gpu_free, t) + prefill_s
-        self.events.push(self.gpu_free, _COMPUTE_DONE, rid)
+        self.events.push(self.gpu_free, self.compute_kind, rid)
 
     def compute_done(self, rid: int, t: float) -> None:
         """First token: the core finishes the request, the session's next one is scheduled, waiters admitted."""

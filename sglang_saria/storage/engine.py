@@ -3,8 +3,9 @@
 `posix` uses preadv/pwritev straight into caller memory, with O_DIRECT where
 the file system allows it (an aligned bounce buffer only when caller memory
 is not 4 KiB aligned). `kvikio` (kvikio_engine.py) uses GPUDirect Storage so
-reads land in CUDA tensors. `select_engine` picks kvikio when CUDA and kvikio
-are both present, else posix. Both implement `IOEngine` (io_engine.py).
+reads land in CUDA tensors; its writes go through posix (split_engine.py), on the
+store's own write pool. `select_engine` picks kvikio when CUDA and kvikio are both
+present, else posix. All implement `IOEngine` (io_engine.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sglang_saria.storage.buffers import (
 from sglang_saria.storage.config import ALIGN
 from sglang_saria.storage.io_engine import IOEngine
 from sglang_saria.storage.kvikio_engine import KvikioEngine
+from sglang_saria.storage.split_engine import SplitEngine
 
 logger = logging.getLogger(__name__)
 
@@ -159,7 +161,8 @@ def cuda_and_kvikio_available() -> bool:
 
 
 def select_engine(name: str) -> IOEngine:
-    """'auto' -> kvikio when CUDA + kvikio are present, else posix."""
+    """'auto' -> kvikio when CUDA + kvikio are present, else posix. kvikio reads, posix writes:
+    a write stream never queues in kvikio's thread pool ahead of reads (split_engine.py)."""
     if name == "auto":
         name = "kvikio" if cuda_and_kvikio_available() else "posix"
         logger.info("saria store: engine=auto selected %s", name)
@@ -168,5 +171,5 @@ def select_engine(name: str) -> IOEngine:
     if name == "kvikio":
         if not cuda_and_kvikio_available():
             raise ValueError("saria store: engine=kvikio needs a CUDA GPU and the kvikio package")
-        return KvikioEngine()
+        return SplitEngine(reads=KvikioEngine(), writes=PosixEngine())
     raise ValueError(f"saria store: unknown engine {name!r}")

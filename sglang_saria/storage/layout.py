@@ -2,10 +2,11 @@
 
 Logical slot i is `slot_bytes` long and is cut into one stripe unit per data
 dir (`unit = slot_bytes / N`, a multiple of 4 KiB): stripe j of slot i lives at
-offset `i * unit` of dir j's slab file. Every object therefore touches every
-drive, so one reload uses the bandwidth of all SSDs (the paper's dual-SSD
+offset `i * unit` of dir j's slab file. Every object of at least N x 4 KiB therefore
+touches every drive, so one reload uses the bandwidth of all SSDs (the paper's dual-SSD
 setup), and slots of one object that are adjacent on disk are read with one
-vectored call per drive.
+vectored call per drive. A smaller object (a tiny test model's page) cannot be cut below
+the 4 KiB alignment: it sits on the first dirs and the rest of its slot stays unused.
 """
 
 from __future__ import annotations

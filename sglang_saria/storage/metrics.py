@@ -2,22 +2,27 @@
 
 Collectors are process-wide and created once: several stores in one process
 (tests, TP ranks in one process) share them through labels instead of
-registering duplicates.
+registering duplicates. prometheus_client is imported on first use, never at module import:
+SGLang's launcher validates the saria extra-config (importing this package) before it sets
+PROMETHEUS_MULTIPROC_DIR, and prometheus_client picks its multiprocess mode when first imported.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Gauge, Histogram
 
 _LOCK = threading.Lock()
 _METRICS: Optional["StoreMetrics"] = None
 
 
 def _get_or_create(cls, name: str, doc: str, labels, **kw):
+    from prometheus_client import REGISTRY, Counter
+
     try:
         return cls(name=name, documentation=doc, labelnames=labels, **kw)
     except ValueError:
@@ -44,6 +49,8 @@ class StoreMetrics:
 
 
 def store_metrics() -> StoreMetrics:
+    from prometheus_client import Counter, Gauge, Histogram
+
     global _METRICS
     with _LOCK:
         if _METRICS is None:

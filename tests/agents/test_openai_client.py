@@ -2,10 +2,14 @@
 tools reports cached prompt tokens from turn 2 on (SGLang's own cache report, by tier),
 streaming and the text endpoints work, and a restart between turns keeps the SSD hits.
 
+The store has two data dirs (issue 30 item 6, the paper's two SSDs): every page is striped
+over both (bytes written to each, page data in both slab files), and the restarted server's
+SSD hits read from both.
+
 Bad input gets a clear error and the server keeps serving: text that is not valid UTF-8,
-a prompt longer than the context, an unknown model name (patch 007), and the store's
-directory removed while serving (the store goes offline, logged and counted; requests
-recompute their prefixes).
+a prompt longer than the context, an unknown model name (patch 007), and one of the store's
+data dirs removed while serving (the store goes offline, logged with that dir and counted;
+requests recompute their prefixes).
 
 One scenario per module (two server starts): the fixture drives it, the tests check it.
 """
@@ -18,17 +22,25 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import numpy as np
 import pytest
 from openai import OpenAI
 
 from sglang_saria.agents.report import CACHE_DETAILS, CacheReport
 from sglang_saria.agents.sessions import TOOLS, agent_sessions
 from sglang_saria.launcher import SGLangServer, assert_kv_audit_clean, saria_metrics
+from sglang_saria.storage.layout import SLAB_NAME
+from tests.faults.serving import sample
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
 
 PAGE = 16
+RANK = "rank_tp0of1"  # each data dir's directory for the one TP rank
+# fp32 KV: a page of this tiny model is 8 KiB, one 4 KiB stripe unit on each of two data dirs
+# (a bf16 page, 4 KiB, cannot be cut below the 4 KiB alignment and would sit on the first dir).
+STRIPED = ("--dtype", "float32")
 TOO_LONG = "x" * 9000  # 9000 tokens with the byte-level tokenizer; the context is 8192
 BAD_INPUTS = {
     # case: (path, raw JSON body, expected status, words the error message must contain)
@@ -70,17 +82,32 @@ def chat(client: OpenAI, messages: list[dict], stream: bool = False) -> tuple[st
     return text, CacheReport.from_stream(chunks)
 
 
+def per_dir(metrics_text: str, name: str, dirs: list[Path]) -> list[float]:
+    """``name``'s samples for each data dir (the store labels its per-drive counters by dir)."""
+    return [sample(metrics_text, name, device=str(d / RANK)) for d in dirs]
+
+
+def data_bytes(data_dir: Path) -> int:
+    """Non-zero bytes in the data dir's slab file (preallocated as zeros; KV pages are not)."""
+    return int(np.count_nonzero(np.fromfile(data_dir / RANK / SLAB_NAME, dtype=np.uint8)))
+
+
 @dataclass
 class Scenario:
+    dirs: list[Path]  # the store's two data dirs
     turns: list[CacheReport] = field(default_factory=list)  # the agent's turns before the restart
     streamed: tuple[str, CacheReport] | None = None
     text_endpoints: dict[str, dict] = field(default_factory=dict)
     bad: dict[str, tuple[int, str]] = field(default_factory=dict)
     after_bad: CacheReport | None = None  # a chat right after all the bad requests
     after_restart: CacheReport | None = None  # the agent's next turn on a restarted server
-    after_removal: list[CacheReport] = field(default_factory=list)  # turns once the store dir is gone
+    after_removal: list[CacheReport] = field(default_factory=list)  # turns once a data dir is gone
+    first_server_metrics: str = ""  # the first server's /metrics once its writes were stored
+    data_bytes: list[int] = field(default_factory=list)  # per data dir, after the first server
     metrics_before_removal: dict[str, float] = field(default_factory=dict)
+    restarted_metrics: str = ""  # the restarted server's /metrics after its SSD hits
     metrics_after_removal: str = ""
+    log_after_removal: str = ""
 
 
 def wait_offline(server: SGLangServer, timeout_s: float = 15.0) -> str:
@@ -96,10 +123,10 @@ def wait_offline(server: SGLangServer, timeout_s: float = 15.0) -> str:
 
 @pytest.fixture(scope="module")
 def scenario(start_chat_server, tmp_path_factory) -> Scenario:
-    store = tmp_path_factory.mktemp("saria-store")
+    dirs = [tmp_path_factory.mktemp(f"saria-ssd{j}") for j in range(2)]
     agent, other = agent_sessions(2, tool_chars=120)
-    run = Scenario()
-    with start_chat_server(store) as server:
+    run = Scenario(dirs)
+    with start_chat_server(dirs, args=STRIPED) as server:
         client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
         for _ in range(3):
             reply, report = chat(client, agent.messages)
@@ -113,19 +140,23 @@ def scenario(start_chat_server, tmp_path_factory) -> Scenario:
         run.bad = {case: post_raw(server, path, body) for case, (path, body, _, _) in BAD_INPUTS.items()}
         run.after_bad = chat(client, other.messages)[1]
         server.wait_storage_writes()  # the restart finds the last write-through in the store
-    with start_chat_server(store) as server:
+        run.first_server_metrics = server.metrics()
+    run.data_bytes = [data_bytes(d) for d in dirs]
+    with start_chat_server(dirs, args=STRIPED) as server:
         client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
         reply, run.after_restart = chat(client, agent.messages)
         agent.add_turn(reply)
         server.wait_storage_writes()  # nothing writes into the store while it is removed
-        run.metrics_before_removal = saria_metrics(server.metrics())
-        shutil.rmtree(store)
+        run.restarted_metrics = server.metrics()
+        run.metrics_before_removal = saria_metrics(run.restarted_metrics)
+        shutil.rmtree(dirs[1])
         run.metrics_after_removal = wait_offline(server)
         reply, report = chat(client, agent.messages)
         run.after_removal.append(report)
         agent.add_turn(reply)
         run.after_removal.append(chat(client, agent.messages)[1])
         run.metrics_after_removal = server.metrics()
+        run.log_after_removal = server.log_path.read_text(errors="replace")
     return run
 
 
@@ -178,9 +209,24 @@ def test_restart_between_turns_keeps_the_ssd_hits(scenario):
     assert_kv_audit_clean(scenario.metrics_before_removal, ("ssd_to_device",))
 
 
+def test_pages_are_striped_over_both_data_dirs(scenario):
+    written = per_dir(scenario.first_server_metrics, "sglang:saria_ssd_bytes_written_total", scenario.dirs)
+    # Each page slot is cut into one stripe unit per dir: the two dirs took the same bytes.
+    assert written[0] > 0 and written[0] == written[1], written
+    assert all(scenario.data_bytes), f"non-zero bytes per slab file: {scenario.data_bytes}"
+
+
+def test_restart_reads_the_stored_pages_from_both_data_dirs(scenario):
+    read = per_dir(scenario.restarted_metrics, "sglang:saria_ssd_bytes_read_total", scenario.dirs)
+    assert scenario.after_restart.storage > 0
+    assert read[0] > 0 and read[0] == read[1], read
+
+
 def test_store_directory_removed_while_serving_is_logged_counted_and_requests_recompute(scenario):
     metrics = saria_metrics(scenario.metrics_after_removal)
     assert metrics["sglang:saria_store_online"] == 0
+    # The second of two data dirs (the index lives in the first): the store names the one gone.
+    assert f"data dir {scenario.dirs[1] / RANK} was removed while serving" in scenario.log_after_removal
     ops = [line for line in scenario.metrics_after_removal.splitlines() if line.startswith("sglang:saria_store_ops_total{")]
     assert any('op="offline"' in line and 'result="data_dir_removed"' in line for line in ops), ops
     assert any('op="put"' in line and 'result="offline"' in line and not line.endswith(" 0.0") for line in ops), ops

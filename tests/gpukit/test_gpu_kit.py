@@ -36,7 +36,7 @@ def test_dry_run_passes_every_step(dry_run):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for name in STEP_NAMES:
         assert f"PASS: {name} (" in proc.stdout, name
-    assert "gpu kit: ALL PASS (5/5 steps)" in proc.stdout
+    assert f"gpu kit: ALL PASS ({len(STEPS)}/{len(STEPS)} steps)" in proc.stdout
 
 
 def test_dry_run_says_what_each_step_measures_on_a_gpu(dry_run):
@@ -57,6 +57,10 @@ def test_dry_run_report_has_every_step_with_its_figures(dry_run):
     store = steps["store"]["figures"]
     assert store["engine"] == "posix" and store["corrupt_detected"] is True
     assert store["read_gbps"] > 0 and store["raw_read_gbps"] > 0 and store["read_vs_raw"] > 0
+    queues = steps["queues"]["figures"]
+    assert queues["write_engine"] == "posix" and queues["repeats"] >= 5
+    assert queues["read_ms_idle"] > 0 and queues["read_ms_with_writes"] > 0 and queues["with_writes_vs_idle"] > 0
+    assert queues["stream_write_gbps"] > 0
     gather = steps["gather"]["figures"]
     cases = [f"{plan}-{dt}" for plan in ("fa", "mixed") for dt in ("fp16", "bf16", "fp32")]
     assert [k for k, v in gather.items() if v is True] == [f"{c}_exact" for c in cases]
@@ -83,7 +87,7 @@ def test_kit_modules_import_with_sglang_blocked(repo_root):
         "import sys; from sglang_saria.gpukit.__main__ import _BlockSGLang; sys.meta_path.insert(0, _BlockSGLang()); "
         "from sglang_saria.gpukit.steps.env import KIT_MODULES; import importlib; "
         "[importlib.import_module(m) for m in KIT_MODULES]; "
-        "[importlib.import_module('sglang_saria.gpukit.steps.' + s) for s in ('store', 'gather', 'checksum', 'reload')]; "
+        "[importlib.import_module('sglang_saria.gpukit.steps.' + s) for s in ('store', 'queues', 'gather', 'checksum', 'reload')]; "
         "import sglang"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=120)

@@ -8,6 +8,9 @@ the drives' budget over the replayed period, and recommends the lowest mean TTFT
 them. It also prints the paper's Table 1 arithmetic (section 2.2) for the drives at the
 replay's measured full-duplicate write rate. The SSD cache defaults to the drives'
 capacity in tokens (``--ssd-tokens`` overrides it; the budget always follows the drives).
+``--nodes N`` plans a fleet: the drives are each node's, every policy is replayed on N nodes behind
+each router (or ``--router``), and the plan recommends a policy and a routing mode whose busiest
+drive fits its budget (``planning/fleet.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from sglang_saria.model_specs import get_model_spec
+from sglang_saria.replay.fleet import FleetSettings
+from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.driver import ReplaySettings
 from sglang_saria.replay.planning.recommend import (
     DEFAULT_SWEEP,
@@ -31,6 +36,7 @@ from sglang_saria.replay.planning.recommend import (
     pareto_front,
     parse_drives,
 )
+from sglang_saria.replay.planning.fleet import build_fleet_plan, format_fleet_plan
 from sglang_saria.replay.planning.sweep import load_step_starts, idle_span_s, sweep
 from sglang_saria.replay.plot import pyplot, save_figure
 from sglang_saria.units import DAYS_PER_YEAR, SECONDS_PER_DAY, ConfigError, DriveRating, parse_count, parse_duration_s
@@ -131,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """(plan JSON, printed text)."""
-    from sglang_saria.replay.cli import build_config
+    from sglang_saria.replay.cli import build_config, fleet_settings
     from sglang_saria.replay.loaders import load_trace
     from sglang_saria.replay.workload import apply_limits, session_starts
 
@@ -147,6 +153,12 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     if not args.no_controller:
         policies += [f"budget:{dwpd_eff:g}", f"auto:{dwpd_eff:g}"]
     cfgs = [build_config(args, p) for p in policies]
+    fleet = fleet_settings(args)
+    fleets = None
+    if fleet is not None:  # every policy behind every router (or the one asked for)
+        routers = [fleet.router] if args.router else list(ROUTERS)
+        fleets = [FleetSettings(fleet.nodes, r, fleet.seed).validate() for _ in cfgs for r in routers]
+        cfgs = [cfg for cfg in cfgs for _ in routers]
     settings = ReplaySettings(
         window_s=parse_duration_s(args.window, "--window"), seed=args.seed, in_flight=args.in_flight,
         prefill_tokens_per_s=args.prefill_tps, ssd_write_gbps=args.ssd_write_gbps, hints=args.hints,
@@ -165,24 +177,30 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     for cfg in cfgs:
         cfg.admission.budget_window_s = 2 * settings.horizon_s
         cfg.admission.budget_capacity_bytes = max(1, round(pool_bytes * span_s / cfg.admission.budget_window_s))
-    swept = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress)
+    swept = sweep(cfgs, sessions, starts, spec, settings, args.jobs, progress=not args.no_progress, fleets=fleets)
     results = [p.metrics for p in swept]
     # The drive's budget accrues over the whole period the workload occupies: until the last
     # request of the longest run finished (requests issued before the horizon still complete and write).
     days = max(p.span_s for p in swept) / SECONDS_PER_DAY
     budget = dwpd_eff * pool_bytes * days
-    plan = build_plan(results, budget)
-    by_policy = {p.metrics["policy"]: p for p in swept}
-    shown = dict.fromkeys(["full-duplicate", plan["recommendation"]["policy"]])
-    rates = [(("full duplicate" if name == "full-duplicate" else f"recommended {name}"),
-              endurance_arithmetic(drives, by_policy[name].metrics["ssd_write_bytes"] / by_policy[name].span_s))
-             for name in shown]  # each policy's measured rate over its own replayed span
-    text = "\n".join([
-        f"{args.trace}: {len(sessions)} sessions, window {args.window}{' -> ' + args.load_step if args.load_step else ''}, "
-        f"{spec.name}, DRAM {cfgs[0].capacity.dram_tokens} / SSD {cfgs[0].capacity.ssd_tokens} tokens, replayed {days:.3f} days",
-        format_plan(plan),
-        format_endurance(drives, rates),
-    ])
+    head = (f"{args.trace}: {len(sessions)} sessions, window {args.window}{' -> ' + args.load_step if args.load_step else ''}, "
+            f"{spec.name}, DRAM {cfgs[0].capacity.dram_tokens} / SSD {cfgs[0].capacity.ssd_tokens} tokens"
+            f"{f' per node, {fleet.nodes} nodes' if fleet else ''}, replayed {days:.3f} days")
+    if fleet is not None:
+        plan = build_fleet_plan(swept, budget, pool_bytes, days)
+        rec = plan["recommendation"]
+        point = next(p for p in swept if (p.metrics["policy"], p.fleet["router"]) == (rec["policy"], rec["router"]))
+        rates = [(f"recommended {rec['policy']} with {rec['router']}, busiest node",
+                  endurance_arithmetic(drives, max(n["ssd_write_bytes"] for n in point.per_node) / point.span_s))]
+        text = "\n".join([head, format_fleet_plan(plan, dwpd_eff), format_endurance(drives, rates)])
+    else:
+        plan = build_plan(results, budget)
+        by_policy = {p.metrics["policy"]: p for p in swept}
+        shown = dict.fromkeys(["full-duplicate", plan["recommendation"]["policy"]])
+        rates = [(("full duplicate" if name == "full-duplicate" else f"recommended {name}"),
+                  endurance_arithmetic(drives, by_policy[name].metrics["ssd_write_bytes"] / by_policy[name].span_s))
+                 for name in shown]  # each policy's measured rate over its own replayed span
+        text = "\n".join([head, format_plan(plan), format_endurance(drives, rates)])
     if args.plot:
         window_budget = dwpd_eff * pool_bytes * min(settings.window_s, settings.horizon_s) / SECONDS_PER_DAY
         plot_front(plan, args.plot, (window_budget, budget), f"{args.trace}  {spec.name}  window {args.window}")

@@ -1,7 +1,8 @@
 """``saria-plan`` sweep: every candidate policy replayed on the identical workload.
 
 Replays run in parallel processes (each deterministic, so a parallel sweep equals a serial
-one); ``load_step_starts`` builds the workload of a load step inside one replay.
+one); ``load_step_starts`` builds the workload of a load step inside one replay. A point with a
+``FleetSettings`` is a fleet replay (``replay/fleet.py``) of that policy behind that router.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from sglang_saria.model_specs import ModelSpec
 from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.fleet import FleetSettings, fleet_replay
 from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.workload import session_start_times
 
@@ -51,41 +53,48 @@ def _init_worker(sessions: list, starts: np.ndarray, spec: ModelSpec, settings: 
 
 @dataclass(frozen=True)
 class SweepPoint:
-    """One replayed policy: its ``saria-replay`` result record and the logical time its last request finished."""
+    """One replayed policy: its ``saria-replay`` result record and the logical time its last request finished;
+    for a fleet, its summary and per-node records (``FleetResult``)."""
 
     metrics: dict
     span_s: float
+    fleet: dict | None = None
+    per_node: list[dict] | None = None
 
 
-def _run_point(index: int, cfg) -> tuple[int, SweepPoint]:
+def _run_point(index: int, cfg, fleet: FleetSettings | None = None) -> tuple[int, SweepPoint]:
     w = _WORK
+    if fleet is not None:
+        res = fleet_replay(w["sessions"], w["starts"], cfg, w["spec"], w["settings"], fleet, label=cfg.admission.policy)
+        return index, SweepPoint(res.metrics, res.end_time_s, res.fleet, res.per_node)
     res = replay(w["sessions"], w["starts"], cfg, w["spec"], w["settings"], progress=False, label=cfg.admission.policy)
     return index, SweepPoint(res.metrics, res.end_time_s)
 
 
 def sweep(cfgs: list, sessions: list, starts: np.ndarray, spec: ModelSpec, settings: ReplaySettings,
-          jobs: int, progress: bool = True) -> list[SweepPoint]:
-    """Replay every config on the identical workload; results in ``cfgs`` order, all scored over
-    the same requests (``DifferentRequestsError`` otherwise).
+          jobs: int, progress: bool = True, fleets: list[FleetSettings | None] | None = None) -> list[SweepPoint]:
+    """Replay every config on the identical workload (``fleets[i]``: config i on a fleet); results in
+    ``cfgs`` order, all scored over the same requests (``DifferentRequestsError`` otherwise).
 
     ``jobs > 1`` runs points in worker processes; each replay is deterministic, so the
     results equal a serial run's.
     """
     from tqdm import tqdm
 
+    fleets = fleets or [None] * len(cfgs)
     results: list[SweepPoint | None] = [None] * len(cfgs)
     with tqdm(total=len(cfgs), desc="sweep", unit="policy", disable=not progress) as bar:
         if jobs <= 1:
             _init_worker(sessions, starts, spec, settings)
             for i, cfg in enumerate(cfgs):
-                results[i] = _run_point(i, cfg)[1]
+                results[i] = _run_point(i, cfg, fleets[i])[1]
                 bar.update(1)
         else:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else None)
             with ProcessPoolExecutor(max_workers=min(jobs, len(cfgs)), mp_context=ctx, initializer=_init_worker,
                                      initargs=(sessions, starts, spec, settings)) as pool:
-                futures = [pool.submit(_run_point, i, cfg) for i, cfg in enumerate(cfgs)]
+                futures = [pool.submit(_run_point, i, cfg, fleets[i]) for i, cfg in enumerate(cfgs)]
                 for fut in as_completed(futures):
                     i, point = fut.result()
                     results[i] = point
