@@ -50,16 +50,19 @@ E2E_TIMEOUT_S = 900
 ServerFactory = Callable[..., AbstractContextManager[SGLangServer]]
 # Server test files that take longest (several servers or restarts each), longest first.
 LONGEST_FILES = [
-    "tests/e2e/test_admission.py",
-    "tests/e2e/test_hybrid.py",
-    "tests/conformance/test_hicache_storage_backends.py",
-    "tests/faults/test_kill_loop.py",
-    "tests/cluster/test_cluster_e2e.py",
-    "tests/e2e/test_hicache_tiers.py",
-    "tests/e2e/test_async_reload.py",
     "tests/e2e/test_counter_restart.py",
-    "tests/e2e/test_tp_agreement.py",
+    "tests/e2e/test_admission.py",
+    "tests/e2e/test_async_reload.py",
     "tests/agents/test_openai_client.py",
+    "tests/cluster/test_cluster_e2e.py",
+    "tests/e2e/test_hybrid.py",
+    "tests/e2e/test_hicache_tiers.py",
+    "tests/faults/test_store_faults_served.py",
+    # marker slow (make test-slow)
+    "tests/agents/test_bench_serving_client.py",
+    "tests/faults/test_kill_loop.py",
+    "tests/conformance/test_hicache_storage_backends.py",
+    "tests/e2e/test_tp_agreement.py",
 ]
 
 

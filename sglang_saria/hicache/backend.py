@@ -41,6 +41,7 @@ from sglang_saria.storage.config import StoreConfig
 from sglang_saria.storage.preflight import check_writable, preflight
 from sglang_saria.storage.private import default_data_dir
 from sglang_saria.storage.store import DEFAULT_SLOT_BYTES, SariaStore
+from sglang_saria.units import DriveRating
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,20 @@ def configs_from_extra(extra: Optional[Dict[str, Any]]) -> tuple[StoreConfig, Sa
     store_config = StoreConfig.from_extra_config(
         extra, SGLANG_EXTRA_KEYS | POLICY_KEYS, defaults={"data_dirs": [default_data_dir()]}
     )
-    return store_config, policy_config_from_extra(extra or {})
+    return store_config, rated_auto(policy_config_from_extra(extra or {}), store_config.drive_rating)
+
+
+def rated_auto(config: SariaConfig, rating: Optional[DriveRating]) -> SariaConfig:
+    """``auto`` on a store with a ``drive_rating`` is ``auto:<its DWPD>`` on the rated drive's capacity:
+    the operator states the drive once, and the policy holds its write budget."""
+    admission = config.admission
+    if rating is None or admission.policy != "auto":
+        return config
+    rated = dataclasses.replace(admission, policy=f"auto:{rating.dwpd:g}",
+                                budget_capacity_bytes=admission.budget_capacity_bytes or rating.capacity_bytes)
+    logger.info("saria: admission auto with drive_rating %g DWPD: %s on %d bytes", rating.dwpd, rated.policy,
+                rated.budget_capacity_bytes)
+    return dataclasses.replace(config, admission=rated)
 
 
 def check_extra_config(raw: Optional[str]) -> None:

@@ -12,7 +12,7 @@ import pytest
 from sglang_saria.agents.bench_client import BenchResult, run_bench_serving
 from sglang_saria.agents.weka_chat import weka_conversations, write_agentic_trace
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
 
 SMALL_DEVICE = ("--max-total-tokens", "1024")  # host pool 2048; the largest prompt is ~800 tokens
 GSP = [

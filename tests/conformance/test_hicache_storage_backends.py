@@ -27,7 +27,7 @@ from sglang_saria.launcher import SGLangServer, cached_tokens, hicache_args, log
 from tests.faults.serving import COMPUTED, FROM_STORAGE, PAGE, PROMPT, STORED, store_config
 from tests.hicache_admin import ADMIN_ARGS, HiCacheAdmin, Reply, wait_files
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 POLICIES = ("best_effort", "timeout", "wait_complete")
 

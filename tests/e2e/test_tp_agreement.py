@@ -32,7 +32,7 @@ from sglang_saria.launcher import (
 from sglang_saria.replay.agent_prompts import agent_requests
 from sglang_saria.storage.index import SQLiteIndex, index_path
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TP2_ENV = {**AUDIT_ENV, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}
 # Two ranks profile the machine's free memory around their weight loads at once (and other

@@ -18,7 +18,7 @@ import pytest
 from sglang_saria.launcher import AUDIT_ENV, SGLangServer, assert_kv_audit_clean, cached_tokens, logprob_diff, saria_hicache_args, saria_metrics
 from tests.faults.serving import COMPUTED, FROM_STORAGE, PROMPT, STORED, PAGE, other_prompt, store_config
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 KILLS = 2  # the second restarts on a store that was itself recovered after a kill; each start costs 20-90 s
 DECODE = 150  # tokens the request in flight at the kill decodes (300 + 150 fit the 512-token device pool)

@@ -17,6 +17,7 @@ from sglang.srt.mem_cache.hicache_storage import (  # noqa: E402
 )
 
 from sglang_saria.hicache.backend import SariaStorage, check_extra_config, configs_from_extra  # noqa: E402
+from sglang_saria.mem_cache.admission_factory import make_admission_policy  # noqa: E402
 
 
 def page_bytes(pool, index: int) -> torch.Tensor:
@@ -174,3 +175,16 @@ def test_a_read_only_store_file_found_when_the_backend_opens_is_named_with_its_m
         with pytest.raises(ValueError, match=rf"{name} '{path}' (\(mode 0600\) is on a read-only file system|has mode 0400)"):
             SariaStorage(config, mha_host_pool("page_first_direct"))
     assert sorted(p.name for p in path.parent.iterdir() if "damaged" in p.name) == []
+
+
+def test_auto_on_a_rated_drive_holds_that_drives_budget():
+    """`auto` with a drive_rating in the extra-config is auto:<its DWPD> on the rated capacity (issue 26)."""
+    rating = {"capacity": "1.92TB", "dwpd": 1, "years": 5}
+    _, config = configs_from_extra({"capacity": "32MiB", "admission": "auto", "drive_rating": rating})
+    assert config.admission.policy == "auto:1" and config.admission.budget_capacity_bytes == 1_920_000_000_000
+    admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes=32 << 20)
+    assert admission.name == "auto:1" and admission.budget.budget == pytest.approx(1.92e12)  # a day's bytes
+    _, unrated = configs_from_extra({"capacity": "32MiB", "admission": "auto"})
+    assert unrated.admission.policy == "auto"
+    _, fixed = configs_from_extra({"capacity": "32MiB", "admission": "eviction:E2", "drive_rating": rating})
+    assert fixed.admission.policy == "eviction:E2"  # a rating alone changes no other policy

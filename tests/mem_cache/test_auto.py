@@ -24,6 +24,8 @@ def test_names_parse_and_bad_ratings_are_refused():
             policy_names.parse(bad)
     with pytest.raises(ConfigError, match="admission.auto_tau_s"):
         SariaConfig.from_dict({"admission": {"policy": "auto", "auto_tau_s": 0}}).validate()
+    with pytest.raises(ConfigError, match="admission.auto_spend_fill"):
+        SariaConfig.from_dict({"admission": {"policy": "auto:2", "auto_spend_fill": 1.5}}).validate()
 
 
 def test_one_long_prompt_is_no_load_but_ten_minutes_of_queueing_is():
@@ -82,7 +84,11 @@ def test_auto_with_a_rating_never_passes_its_windows_budget():
     while auto.should_admit(1, 0, EVICT):
         auto.on_admitted(EVICT, 7_000)
         written += 7_000
-    assert 90_000 < written <= 100_000 and auto.theta_E > 1  # the budget's threshold wins as the window runs out
+    assert written == 35_000 and auto.theta_E == 2  # spending stops below 70% unspent: the E2 floor keeps the rest
+    while auto.should_admit(2, 0, EVICT):
+        auto.on_admitted(EVICT, 7_000)
+        written += 7_000
+    assert 90_000 < written <= 100_000 and auto.theta_E > 2  # the budget's threshold wins as the window runs out
     assert auto.should_admit(50, 0, EVICT)  # budget left: a block evicted often enough still goes
     auto.on_admitted(EVICT, 100_000)  # one node may overdraw the window; then nothing more
     assert auto.budget.level <= 0 and not auto.should_admit(50, 50, EVICT)
