@@ -60,6 +60,7 @@ LONGEST_FILES = [
     "tests/faults/test_store_faults_served.py",
     # marker slow (make test-slow)
     "tests/agents/test_bench_serving_client.py",
+    "tests/e2e/test_hybrid_admission.py",
     "tests/faults/test_kill_loop.py",
     "tests/conformance/test_hicache_storage_backends.py",
     "tests/e2e/test_tp_agreement.py",
