@@ -12,8 +12,13 @@ Per backend, one server launched with it, then one restarted on what it stored:
   server launched without storage, is tests/e2e/test_runtime_attach.py);
 - restart: a new server on the same storage serves the prefix from it (test_hicache_storage_e2e).
 
-Not here: host layouts other than CPU's `page_first_direct` with the `direct` io backend
-(`page_first` needs GPU kernels), sessions.
+- host layouts: the same storage hit and restart with `layer_first` host pages (the default on
+  CPU is `page_first_direct`; both with the `direct` io backend), saria's moved pages checked by
+  the KV audit (test_hicache_storage_file_backend's layout variants).
+
+Not here: `page_first` (needs GPU kernels); the session-cache scenario
+(test_hicache_session_cache_file_backend) tests `--enable-session-cache` and `session_params`
+`fresh_kv_cache`/`stored_kv_cache`, which SGLang 0.5.23 does not have.
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from pathlib import Path
 
 import pytest
 
-from sglang_saria.launcher import SGLangServer, cached_tokens, hicache_args, logprob_diff
+from sglang_saria.launcher import (
+    AUDIT_ENV,
+    SGLangServer,
+    assert_kv_audit_clean,
+    cached_tokens,
+    hicache_args,
+    logprob_diff,
+    saria_metrics,
+)
 from tests.faults.serving import COMPUTED, FROM_STORAGE, PAGE, PROMPT, STORED, store_config
 from tests.hicache_admin import ADMIN_ARGS, HiCacheAdmin, Reply, wait_files
 
@@ -107,3 +120,35 @@ def test_a_restarted_server_serves_the_prefix_from_storage(conformance):
     _, c = conformance
     assert c.tiers["restarted"] == FROM_STORAGE
     assert c.matches["restarted"]
+
+
+LAYER_FIRST = ["--hicache-mem-layout", "layer_first", "--hicache-io-backend", "direct"]
+
+
+@pytest.fixture(scope="module", params=["file", "saria"])
+def layer_first(request, start_server, tmp_path_factory) -> tuple[str, Conformance, dict[str, float]]:
+    """A storage hit and a restart with layer_first host pages; saria's run with the KV audit on."""
+    backend = request.param
+    path, c = tmp_path_factory.mktemp(f"layer-first-{backend}"), Conformance()
+    args = hicache_args(backend, extra_config(backend, path)) + ADMIN_ARGS + LAYER_FIRST
+    env = AUDIT_ENV if backend == "saria" else {}
+    with start_server(args, env=env) as server:
+        assert "'hicache_mem_layout': 'layer_first'" in server.log_path.read_text(errors="replace")
+        reference = server.generate(PROMPT)
+        wait_stored(server, backend, path)
+        ask(server, HiCacheAdmin(server), c, "storage hit", reference)
+        metrics = saria_metrics(server.metrics())
+    with start_server(args, env=env) as restarted:
+        ask(restarted, HiCacheAdmin(restarted), c, "restarted", reference)
+        metrics_restarted = saria_metrics(restarted.metrics())
+    return backend, c, {**metrics, **{f"restarted:{k}": v for k, v in metrics_restarted.items()}}
+
+
+def test_layer_first_host_pages_come_back_from_storage_and_after_a_restart(layer_first):
+    backend, c, metrics = layer_first
+    assert c.tiers["storage hit"] == FROM_STORAGE and c.tiers["restarted"] == FROM_STORAGE
+    assert c.matches["storage hit"] and c.matches["restarted"]
+    if backend == "saria":
+        assert_kv_audit_clean(metrics, ("device_to_host", "host_to_ssd"))
+        restarted = {k.removeprefix("restarted:"): v for k, v in metrics.items() if k.startswith("restarted:")}
+        assert_kv_audit_clean(restarted, ("ssd_to_device",))
