@@ -8,6 +8,7 @@ bad key or value fails the same way in both places, naming the field and value.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,6 +146,9 @@ class TransferConfig:
     # Benchmark-only: the scheduler thread waits for each direct reload's reads, as the
     # synchronous reload did before issue 12 (scripts/bench_serving.py --scenario concurrent).
     blocking_reload: bool = False
+    # Diagnostics: a file the reload worker appends one JSON line per paced reload to (the
+    # pacer's timestamps of its SSD and DRAM parts, `reload/pacing_trace.py`); "" = none.
+    pacing_trace: str = ""
 
     def validate(self, prefix: str = "transfer") -> None:
         _check(self.mode in TRANSFER_MODES, f"{prefix}.mode", self.mode, f"must be one of {', '.join(TRANSFER_MODES)}")
@@ -163,6 +167,11 @@ class TransferConfig:
             pages,
             "must be a positive integer (pages)",
         )
+        trace = self.pacing_trace
+        _check(isinstance(trace, str), f"{prefix}.pacing_trace", trace, "must be a file path or \"\"")
+        if trace:
+            parent = os.path.dirname(os.path.abspath(trace))
+            _check(os.path.isdir(parent), f"{prefix}.pacing_trace", trace, f"directory {parent} does not exist")
 
 
 @dataclass

@@ -214,8 +214,15 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
     def _probe(self, request: CacheRequestHandle, anchor: NodeId, prefix: list[int], tokens: list[int],
                last_hash: Optional[str], extra_key: Optional[str], cache_salt: Optional[str]) -> Optional[PendingReload]:
         """The plan of the stored pages past ``anchor``: an in-memory index probe (no I/O,
-        no collective: the worker settles what every rank loaded)."""
+        no collective: the worker settles what every rank loaded). Where the reloader moves
+        host pages, a match ending in host-only nodes is planned from its device end: the
+        host-only run is the plan's DRAM part, copied in the SSD part's gathers at the rates
+        the coordinator allocates (paper 4.5), not by HiCache's unpaced load_back."""
         page, probe = self.page_size, self._direct.probe
+        moved = probe.device_anchor(anchor) if probe.host_tail else None
+        if moved is not None:
+            cut = len(prefix) - moved.host_tokens
+            anchor, last_hash, prefix, tokens = moved.node, moved.last_hash, prefix[:cut], prefix[cut:] + tokens
         tail = len(tokens) // page * page
         if tail < page or (last_hash is None and not self.is_root(anchor)):
             return None  # an unhashed anchor would seed the chain wrongly: no match possible

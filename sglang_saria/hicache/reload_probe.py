@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from sglang.srt.mem_cache.radix_cache import RadixKey
@@ -24,6 +24,16 @@ from sglang_saria.reload.plan import PageObjects, checkpoint_loc, plan_pages
 
 
 @dataclass(frozen=True)
+class DeviceAnchor:
+    """The device end of a match whose last ``host_tokens`` only the host pool holds, and the
+    page hash before them (None at the root)."""
+
+    node: NodeId
+    host_tokens: int
+    last_hash: Optional[str]
+
+
+@dataclass(frozen=True)
 class ReloadProbe:
     """The tree core and the saria backend of one radix cache, read for its reload plans."""
 
@@ -33,12 +43,36 @@ class ReloadProbe:
     planner: str  # transfer.planner
     hybrid: bool = False  # a FULL + MAMBA tree: plans end on checkpoints
     checkpoint_grid: int = 0  # tokens between the positions a GDN state can be cached at
+    # The reloader moves host-pool pages in the gathers of the SSD pages: a plan's DRAM part
+    # goes with its SSD part, paced by the coordinator (False: HiCache's load_back copies it).
+    host_tail: bool = False
+
+    def device_anchor(self, anchor: NodeId) -> Optional[DeviceAnchor]:
+        """Where a plan with its DRAM part moved by the reloader starts: the deepest device node
+        above ``anchor``'s host-only run (None when there is no such run, or the node above it
+        has no page hash to chain the run's hashes from). Full-attention trees only: a hybrid
+        match's host-only run ends on a node whose GDN state is in the host mamba pool, and
+        HiCache's load_back moves it with the run."""
+        if self.hybrid:
+            return None
+        node = self.tree.node_by_id(anchor)
+        host_tokens = 0
+        while node.parent is not None and node.evicted:
+            host_tokens += len(node.key)
+            node = node.parent
+        if not host_tokens:
+            return None
+        if node.parent is None:
+            return DeviceAnchor(node.id, host_tokens, None)
+        hashes = node.hash_value
+        return DeviceAnchor(node.id, host_tokens, hashes[-1]) if hashes else None
 
     def tail_host_pages(self, anchor: NodeId, key: RadixKey) -> list[tuple[NodeId, torch.Tensor]]:
         """The pages of ``key`` (the tokens past ``anchor``) that the tree holds in host memory
         right below ``anchor``: (node holding the page, its host slots), in prefix order, up
         to the first page no host copy holds. SGLang's hybrid match ends on the last node
-        with a GDN state, so FA pages past that checkpoint show up here, not in the match."""
+        with a GDN state, so FA pages past that checkpoint show up here, not in the match;
+        below a `device_anchor`, the host-only run of the match does."""
         page = self.page_size
         node = self.tree.node_by_id(anchor)
         pages: list[tuple[NodeId, torch.Tensor]] = []
@@ -63,12 +97,12 @@ class ReloadProbe:
         self, anchor: NodeId, key: RadixKey, hashes: list[str], cap_pages: int, agree_min: Callable[[int], int]
     ) -> tuple[list[tuple[NodeId, torch.Tensor]], list[PageObjects]]:
         """The pages of ``key`` (``hashes``: the tokens past ``anchor``) a reload can take,
-        with their FA sources, at most ``cap_pages``: on a hybrid tree the FA pages the tree
-        holds in host memory past its last checkpoint (DRAM; returned too, as
+        with their FA sources, at most ``cap_pages``: where the reloader moves host pages, the
+        FA pages the tree holds in host memory right below ``anchor`` (DRAM; returned too, as
         `tail_host_pages`), then the stored ones (SSD). Each count is ``agree_min``-ed over
         the ranks, so every rank plans the same pages and runs the same collectives here."""
-        held = self.tail_host_pages(anchor, key) if self.hybrid else []
-        n_held = agree_min(min(len(held), cap_pages)) if self.hybrid else 0
+        held = self.tail_host_pages(anchor, key) if self.host_tail else []
+        n_held = agree_min(min(len(held), cap_pages)) if self.host_tail else 0
         n_lead = agree_min(min(self.backend.batch_exists(hashes), cap_pages))
         n_after = 0
         if n_held > n_lead:  # stored pages right after the held ones

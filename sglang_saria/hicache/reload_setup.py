@@ -9,6 +9,7 @@ cache leaves storage hits to HiCache's prefetch into host memory.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -16,13 +17,14 @@ from typing import Any, Optional
 from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
-from sglang_saria.config import SariaConfig
+from sglang_saria.config import SariaConfig, TransferConfig
 from sglang_saria.hicache.reload_probe import ReloadProbe
 from sglang_saria.hicache.reload_staging import report_staging
 from sglang_saria.mem_cache.coordinator import RealTimePacer
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.reload.device import DeviceReloader, UnsupportedPoolLayout
 from sglang_saria.reload.gdn_state import StateRows, UnsupportedStatePool
+from sglang_saria.reload.pacing_trace import PacingTrace
 from sglang_saria.reload.worker import ReloadWorker
 
 logger = logging.getLogger(__name__)
@@ -86,13 +88,21 @@ def _reloader(cache: Any, backend: Any, cfg: SariaConfig, hybrid: bool) -> Optio
             page_digest=backend.page_digest,
             state_rows=state_rows,
             read_state=backend.read_state_async if hybrid else None,
-            # Hybrid: FA pages the tree holds in host memory past its last checkpoint go
-            # host -> device in the gathers of the SSD pages (`ReloadProbe.tail_host_pages`).
-            host_pool=host_pool.entry_map[PoolName.KV].host_pool if hybrid else None,
+            # A plan's DRAM part (the host-only run of the match; hybrid: FA pages the tree
+            # holds in host memory past its last checkpoint) goes host -> device in the
+            # gathers of its SSD pages, paced (`ReloadProbe.tail_host_pages`).
+            host_pool=host_pool.entry_map[PoolName.KV].host_pool if hybrid else host_pool,
         )
     except (UnsupportedPoolLayout, UnsupportedStatePool) as e:
         logger.warning("saria: direct reload disabled (%s); using HiCache prefetch into host memory", e)
         return None
+
+
+def _pacing_trace(transfer: TransferConfig) -> Optional[PacingTrace]:
+    if not transfer.pacing_trace:
+        return None
+    logger.info("saria: pacing trace of every direct reload to %s", transfer.pacing_trace)
+    return PacingTrace(Path(transfer.pacing_trace), transfer.mode)
 
 
 def build_direct_reload(cache: Any, backend: Any, cfg: SariaConfig, hooks: WorkerHooks) -> Optional[DirectReload]:
@@ -111,8 +121,12 @@ def build_direct_reload(cache: Any, backend: Any, cfg: SariaConfig, hooks: Worke
         reloader=reloader,
         pacer=pacer,
         promotion=PromotionController.from_config(cfg.promotion, cfg.bandwidth),
-        worker=ReloadWorker(reloader, pacer, hooks.agreement(), hooks.drop_pages, hooks.drop_state),
-        probe=ReloadProbe(cache.tree_core, backend, cache.page_size, cfg.transfer.planner, hybrid, grid),
+        worker=ReloadWorker(
+            reloader, pacer, hooks.agreement(), hooks.drop_pages, hooks.drop_state, _pacing_trace(cfg.transfer)
+        ),
+        probe=ReloadProbe(
+            cache.tree_core, backend, cache.page_size, cfg.transfer.planner, hybrid, grid, reloader.moves_host_pages
+        ),
         max_inflight_tokens=cfg.transfer.max_inflight_reload_tokens,
         blocking=cfg.transfer.blocking_reload,
     )

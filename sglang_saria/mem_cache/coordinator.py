@@ -26,7 +26,7 @@ logic only depends on the clock it is given.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from sglang_saria.config import TRANSFER_MODES, BandwidthConfig
@@ -256,6 +256,18 @@ class TransferCoordinator:
         return done[0][1] if done else 0.0
 
 
+@dataclass
+class PacedReload:
+    """What the pacer let one reload do, by its own clock (seconds since the pacer started):
+    submitted at ``begin_t``; each step is (t, SSD bytes read, DRAM bytes the model had
+    copied by then), taken when ``pace_ssd`` returned."""
+
+    dram_bytes: float
+    ssd_bytes: float
+    begin_t: float
+    steps: list[tuple[float, float, float]] = field(default_factory=list)
+
+
 class RealTimePacer:
     """Real-mode driver of the coordinator (SGLang adapter): paces a live reload.
 
@@ -289,7 +301,7 @@ class RealTimePacer:
         self.sleep = sleep or time.sleep
         self._t0 = self.clock()
         self._next_id = 0
-        self._totals: dict[int, tuple[float, float]] = {}  # reload id -> (DRAM bytes, SSD bytes)
+        self._paced: dict[int, PacedReload] = {}  # reload id -> its totals and steps so far
         self.slept_s = 0.0
 
     def _now(self) -> float:
@@ -300,21 +312,23 @@ class RealTimePacer:
         with self._lock:
             rid = self._next_id
             self._next_id += 1
-            self.coordinator.submit(rid, dram_bytes, ssd_bytes, self._now())
+            now = self._now()
+            self.coordinator.submit(rid, dram_bytes, ssd_bytes, now)
             if ssd_bytes:  # a DRAM-only reload is only modelled: nothing to pace or end
-                self._totals[rid] = (float(dram_bytes), float(ssd_bytes))
+                self._paced[rid] = PacedReload(float(dram_bytes), float(ssd_bytes), now)
             return rid
 
     def pace_ssd(self, rid: int, bytes_done: float) -> float:
         """Block until the model lets reload ``rid`` have read ``bytes_done`` SSD bytes;
         returns the DRAM bytes of ``rid`` the model has copied by then."""
         with self._lock:
-            dram_total, ssd_total = self._totals[rid]
+            paced = self._paced[rid]
         while True:
             with self._lock:
-                wait, dram_done = self._wait_for(rid, bytes_done, dram_total, ssd_total)
-            if wait is None:
-                return dram_done
+                wait, dram_done = self._wait_for(rid, bytes_done, paced.dram_bytes, paced.ssd_bytes)
+                if wait is None:
+                    paced.steps.append((self._now(), float(bytes_done), dram_done))
+                    return dram_done
             self.sleep(wait)
             self.slept_s += wait
 
@@ -339,8 +353,9 @@ class RealTimePacer:
                 continue
             return wait, dram_total - tr.dram_left
 
-    def end(self, rid: int) -> None:
-        """The reload is over (done or abandoned): drop what the model has left of it."""
+    def end(self, rid: int) -> Optional[PacedReload]:
+        """The reload is over (done or abandoned): drop what the model has left of it; returns
+        what the pacer let it do (None for a DRAM-only reload)."""
         with self._lock:
-            self._totals.pop(rid, None)
             self.coordinator.drop(rid)
+            return self._paced.pop(rid, None)

@@ -32,6 +32,7 @@ import torch
 
 from sglang_saria.mem_cache.coordinator import RealTimePacer
 from sglang_saria.reload.device import DeviceReloader, StateLoad
+from sglang_saria.reload.pacing_trace import PacingTrace
 
 logger = logging.getLogger(__name__)
 
@@ -100,8 +101,11 @@ class ReloadWorker:
         agree: Callable[[int], int],
         drop_pages: Callable[[Sequence[str]], Any],
         drop_state: Optional[Callable[[str], Any]] = None,
+        trace: Optional[PacingTrace] = None,
     ) -> None:
-        """``drop_state(page_hash)``: a checkpoint sidecar whose read failed leaves the store index."""
+        """``drop_state(page_hash)``: a checkpoint sidecar whose read failed leaves the store index;
+        ``trace``: where each job's pacing goes (`transfer.pacing_trace`)."""
+        self.trace = trace
         self.reloader = reloader
         self.pacer = pacer
         self.agree = agree
@@ -150,7 +154,10 @@ class ReloadWorker:
                     state=job.state,
                 )
             finally:
-                self.pacer.end(ticket)
+                paced = self.pacer.end(ticket)
+            if self.trace is not None and paced is not None:
+                host_pages = 0 if job.host_slots is None else int(job.host_slots.numel()) // self.reloader.geometry.page_size
+                self.trace.write(job.rid, paced, host_pages * self.reloader.page_bytes)
             landed, reason, job.failed = outcome.pages, outcome.reason, outcome.failed
             state_loaded = outcome.state_loaded
             bad = [h for h, status in outcome.failed if status in DROPPED_STATUSES]

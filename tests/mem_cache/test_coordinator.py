@@ -130,6 +130,21 @@ def test_real_time_pacer_spreads_the_dram_part_over_the_ssd_reads_when_coordinat
     assert due == pytest.approx(dram_due, rel=1e-9)
 
 
+def test_real_time_pacer_records_what_it_let_a_reload_do():
+    clock = FakeClock()
+    pacer = RealTimePacer(BandwidthConfig(10, 4, 10), "coordinated", clock=clock, sleep=clock.sleep)
+    rid = pacer.begin(6 * GB, 4 * GB)
+    dram_only = pacer.begin(1 * GB, 0)
+    for done in (2, 4):
+        pacer.pace_ssd(rid, done * GB)
+    paced = pacer.end(rid)
+    # (pacer seconds, SSD bytes read, DRAM bytes the model had copied): GDS at 4 GB/s, DRAM at the
+    # residual 6 GB/s (the later DRAM-only load gets what this one leaves of the DRAM bandwidth).
+    assert (paced.dram_bytes, paced.ssd_bytes, paced.begin_t) == (6 * GB, 4 * GB, 0.0)
+    assert paced.steps == [pytest.approx((0.5, 2 * GB, 3 * GB)), pytest.approx((1.0, 4 * GB, 6 * GB))]
+    assert pacer.end(dram_only) is None  # modelled only: nothing was paced
+
+
 def test_ssd_writes_take_the_drive_from_concurrent_reads():
     # issue 25 item 4: 5 GB of writes at 10 GB/s drain in 0.5 s; a 15 GB SSD reload shares the
     # 20 GB/s drive: 10 GB/s while the writes drain (5 GB), then 20 GB/s for the other 10 GB

@@ -11,6 +11,7 @@ import torch
 
 from sglang_saria.config import BandwidthConfig
 from sglang_saria.mem_cache.coordinator import RealTimePacer
+from sglang_saria.reload.pacing_trace import PacingTrace, read_pacing_trace
 from sglang_saria.reload.worker import ReloadJob, ReloadWorker
 from sglang_saria.reload.device import DeviceReloader
 from sglang_saria.storage.store import GetStatus
@@ -24,10 +25,10 @@ def _store_pages(store, n: int) -> list[torch.Tensor]:
     return kvs
 
 
-def _worker(read_page, pool, agree=lambda v: v, bw=BandwidthConfig(), dropped=None, chunk_pages=16):
+def _worker(read_page, pool, agree=lambda v: v, bw=BandwidthConfig(), dropped=None, chunk_pages=16, trace=None):
     reloader = DeviceReloader(read_page, pool, "page_first", PAGE, page_bytes(torch.float16), chunk_pages=chunk_pages)
     drops = dropped if dropped is not None else []
-    return ReloadWorker(reloader, RealTimePacer(bw, "coordinated"), agree, drops.extend)
+    return ReloadWorker(reloader, RealTimePacer(bw, "coordinated"), agree, drops.extend, trace=trace)
 
 
 def test_job_loads_on_the_worker_thread_while_the_caller_goes_on(make_store):
@@ -66,6 +67,33 @@ def test_pacing_waits_on_the_worker_not_on_the_submitter(make_store):
     worker.close()
     assert submitted_in < 0.1
     assert job.pages == 2 and job.seconds >= 0.45
+
+
+def test_each_paced_job_leaves_a_private_line_in_the_pacing_trace(make_store, tmp_path, caplog):
+    store = make_store(slot_bytes="4KiB")
+    _store_pages(store, 4)
+    trace = PacingTrace(tmp_path / "pacing.jsonl", "coordinated")
+    worker = _worker(store.get_async, DevicePool(64, torch.float16), chunk_pages=2, trace=trace)
+    first = worker.submit(ReloadJob("r1", ["p0", "p1", "p2", "p3"], torch.arange(4 * PAGE), dram_bytes=1000))
+    second = worker.submit(ReloadJob("r2", ["p0"], torch.arange(4 * PAGE, 5 * PAGE)))
+    assert first.wait(10) and second.wait(10)
+    # A trace that cannot be written costs a warning, not the reload.
+    worker.trace = PacingTrace(tmp_path / "missing" / "pacing.jsonl", "coordinated")
+    third = worker.submit(ReloadJob("r3", ["p0"], torch.arange(PAGE)))
+    fourth = worker.submit(ReloadJob("r4", ["p1"], torch.arange(PAGE, 2 * PAGE)))
+    assert third.wait(10) and fourth.wait(10)
+    worker.close()
+    assert third.pages == fourth.pages == 1
+    assert [r.message for r in caplog.records].count(
+        f"saria: pacing trace {tmp_path / 'missing' / 'pacing.jsonl'} not written "
+        f"([Errno 2] No such file or directory: '{tmp_path / 'missing' / 'pacing.jsonl'}'); reloads continue untraced"
+    ) == 1
+    assert (tmp_path / "pacing.jsonl").stat().st_mode & 0o777 == 0o600
+    records = read_pacing_trace(tmp_path / "pacing.jsonl")
+    assert [r["rid"] for r in records] == ["r1", "r2"]
+    page = page_bytes(torch.float16)
+    assert (records[0]["dram_bytes"], records[0]["ssd_bytes"], records[0]["host_gather_bytes"]) == (1000, 4 * page, 0)
+    assert [step[1] for step in records[0]["steps"]] == [2 * page, 4 * page]  # one step per chunk of 2
 
 
 def test_failed_read_keeps_the_leading_run_and_drops_the_failed_pages(make_store):
