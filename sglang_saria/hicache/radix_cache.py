@@ -15,8 +15,9 @@ hits of full-attention and GDN hybrid models straight into the device pools inst
   prefetching one does, while every other request runs; HiCache's stop policies apply
   (`best_effort`, `timeout`, `wait_complete`); a cut reload keeps its leading pages;
 - admission (match + `init_load_back`): the pages every rank landed are matched as a
-  load-back; HiCache loads the plan's DRAM part host -> device, the SSD pages join the
-  tree as device nodes, unused slots go back. A failed read (I/O error, checksum, missing
+  load-back; the plan's DRAM part (the host-only run of the match, planned from its device
+  end by `_probe`) went host -> device in the worker's gathers at the coordinator's rates,
+  and joins the tree with the SSD pages as device nodes; unused slots go back. A failed read (I/O error, checksum, missing
   page) or an abort publishes nothing past the last good page, the rest is recomputed,
   and failed pages leave the store index;
 - promotion: the share of SSD pages the promotion controller picks at publish (leading
