@@ -20,12 +20,11 @@ import pytest
 from sglang_saria.launcher import (
     AUDIT_ENV,
     assert_kv_audit_clean,
-    assert_matches_cold,
-    cached_tokens,
     saria_hicache_args,
     saria_metrics,
 )
 from sglang_saria.reload.pacing_trace import read_pacing_trace
+from tests.e2e.steps import serve_steps
 from tests.e2e.test_hicache_tiers import OTHER_SESSIONS, SYSTEM_AND_TOOLS, TURN_2
 
 pytestmark = pytest.mark.e2e
@@ -53,12 +52,7 @@ def serve_mixed_plan(start_server, cold_run, tmp_path: Path, mode: str) -> dict:
         "transfer": {"mode": mode, "reload_chunk_pages": 2, "pacing_trace": str(trace)},
     }
     with start_server(saria_hicache_args(config), env=AUDIT_ENV) as server:
-        for what, prompt, tiers in STEPS:
-            result = server.generate(prompt)
-            server.wait_storage_writes()
-            if tiers is not None:
-                assert cached_tokens(result) == tiers, what
-            assert_matches_cold(result, cold_run(prompt), what)
+        serve_steps(server, cold_run, STEPS)
         assert_kv_audit_clean(saria_metrics(server.metrics()), ("host_to_device", "ssd_to_device"))
     assert trace.stat().st_mode & 0o077 == 0, "the pacing trace is readable by others"
     mixed = [r for r in read_pacing_trace(trace) if r["dram_bytes"] > 0]

@@ -36,6 +36,7 @@ from sglang_saria.launcher import (
 )
 from sglang_saria.storage.layout import SLAB_NAME
 from tests.kept_store import KeptStore
+from tests.e2e.steps import serve_steps
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +70,7 @@ class Run:
 def run_steps(start_server, cold_run, store: Path, steps, direct_reload: bool = True) -> Run:
     """Serve ``steps`` on one audited server: tiers as expected, output as a cold run's."""
     with start_server(hicache_args(store, direct_reload), env=AUDIT_ENV) as server:
-        for what, prompt, expected_tiers in steps:
-            result = server.generate(prompt)
-            server.wait_storage_writes()
-            if expected_tiers is not None:
-                assert cached_tokens(result) == expected_tiers, what
-                assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
-            assert_matches_cold(result, cold_run(prompt), what)
+        serve_steps(server, cold_run, steps)
         return Run(saria_metrics(server.metrics()), store)
 
 

@@ -31,6 +31,7 @@ from sglang_saria.launcher import (
 from sglang_saria.hicache.backend import SariaStorage
 from sglang_saria.storage.index import INDEX_NAME, SQLiteIndex
 from tests.kept_store import KeptStore
+from tests.e2e.steps import serve_steps
 
 pytestmark = pytest.mark.e2e
 
@@ -122,13 +123,7 @@ def tiers_session(start_hybrid_server, cold_hybrid_run, tmp_path_factory) -> Ses
     store = tmp_path_factory.mktemp("saria-hybrid-store")
     # The tier audit checks FULL and MAMBA slots of every node against the pools as it goes.
     with start_hybrid_server(hicache_args(store), env=AUDIT_ENV) as server:
-        for what, prompt, expected_tiers in steps:
-            result = server.generate(prompt)
-            server.wait_storage_writes()
-            if expected_tiers is not None:
-                assert cached_tokens(result) == expected_tiers, what
-                assert result["meta_info"]["cached_tokens"] == sum(expected_tiers.values()), what
-            assert_matches_cold(result, cold_hybrid_run(prompt), what)
+        serve_steps(server, cold_hybrid_run, steps)
         metrics = saria_metrics(server.metrics())
     return Session(metrics, KeptStore(store))
 
