@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 MODELS := models/qwen3-tiny/config.json models/qwen3.5-tiny-hybrid/config.json
 
-.PHONY: setup models demo test test-slow test-fast check-patches clean
+.PHONY: setup models bench-models demo test test-slow test-fast check-patches clean
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,11 @@ $(MODELS): scripts/make_tiny_models.py sglang_saria/agents/tokenizer.py | setup
 	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny qwen3.5-tiny-hybrid
 
 models: setup $(MODELS)
+
+# Real-shaped random models for scripts/bench_models.py and the benchmarks' --model (16 KiB of
+# KV per token, about 430 MB together); no test needs them.
+bench-models: setup
+	@$(PY) scripts/make_tiny_models.py --out models qwen3-bench qwen3.5-bench-hybrid
 
 demo: models
 	@$(PY) -m sglang_saria.demo

@@ -6,7 +6,12 @@ on a file in the same directory. Store: 4 MiB objects (one slot each) written wi
 put_batch and read with get_batch into aligned buffers (zero copy, O_DIRECT).
 Every figure is the median of --repeats runs; ratios are store / raw.
 
+`--model DIR` sizes the objects as that model's stored KV pages (one page of 16 tokens x
+its full-attention layers' K and V, from its config.json: 256 KiB for `make bench-models`'
+models), the size the server's store reads and writes; the raw baselines use the same size.
+
     python scripts/bench_storage.py --dir /mnt/nvme0/bench [--dir2 /mnt/nvme1/bench] --json out.json
+    python scripts/bench_storage.py --model models/qwen3-bench --size 256MiB
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 from tqdm import tqdm
@@ -34,6 +40,7 @@ from sglang_saria.storage.config import StoreConfig  # noqa: E402
 from sglang_saria.storage.store import SariaStore  # noqa: E402
 
 MiB = 1 << 20
+PAGE = 16  # tokens per stored page, as the servers here run (--page-size 16)
 
 
 # ---------------------------------------------------------------- raw device
@@ -204,20 +211,56 @@ def median_of(runs: List[Dict[str, float]]) -> Dict[str, float]:
     return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
 
-def main() -> None:
+def object_size(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[int, str]:
+    """The object size and how it was chosen: one KV page of --model, else --object (4 MiB)."""
+    from sglang_saria.units import parse_bytes
+
+    if args.model is None:
+        obj = parse_bytes(args.object or "4MiB", "--object")
+        return obj, f"{_size_text(obj)} objects"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from make_tiny_models import kv_geometry
+
+    try:
+        geometry = kv_geometry(args.model)
+    except (ValueError, KeyError) as e:
+        ap.error(f"--model {args.model}: {e}")
+    obj = geometry.page_bytes(PAGE)
+    return obj, (f"{_size_text(obj)} objects = one KV page of {args.model.name} ({PAGE} tokens x "
+                 f"{geometry.bytes_per_token // 1024} KiB)")
+
+
+def _size_text(nbytes: int) -> str:
+    return f"{nbytes / MiB:g} MiB" if nbytes >= MiB else f"{nbytes / 1024:g} KiB"
+
+
+def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, int, int, str]:
+    """The arguments, the bytes per phase, the object size and its description."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", default=None, help="bench directory on the SSD (default: a temp dir under /tmp)")
+    ap.add_argument("--dir", default=None, help="bench directory on the SSD (default: a private temp dir under /tmp)")
     ap.add_argument("--dir2", default=None, help="second SSD for the striping run (default: --dir/second)")
     ap.add_argument("--size", default="1GiB", help="bytes per phase")
-    ap.add_argument("--object", default="4MiB", help="object size")
+    sizes = ap.add_mutually_exclusive_group()
+    sizes.add_argument("--object", default=None, help="object size (default 4MiB)")
+    sizes.add_argument("--model", type=Path, default=None, help="objects of one KV page of this model dir (its config.json)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4, help="store read and write threads")
     ap.add_argument("--json", default=None, help="write the summary JSON here")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     from sglang_saria.units import parse_bytes
 
-    size, obj = parse_bytes(args.size, "--size"), parse_bytes(args.object, "--object")
+    size = parse_bytes(args.size, "--size")
+    obj, described = object_size(ap, args)
+    if size < 2 * obj:
+        ap.error(f"--size {args.size} must hold at least 2 objects of {obj} bytes")
+    if args.repeats < 1 or args.threads < 1:
+        ap.error("--repeats and --threads must be at least 1")
+    return args, size, obj, described
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    args, size, obj, described = parse_args(argv)
     base = args.dir or tempfile.mkdtemp(prefix="saria-bench-", dir="/tmp")
     os.makedirs(base, exist_ok=True)
     second = args.dir2 or os.path.join(base, "second")
@@ -246,7 +289,7 @@ def main() -> None:
     ]
     q = f"raw-qd{args.threads}"
     print(
-        f"\nSaria store vs raw device, {obj // MiB} MiB objects, {size / 2**30:.2f} GiB per phase, "
+        f"\nSaria store vs raw device, {described}, {size / 2**30:.2f} GiB per phase, "
         f"median of {args.repeats}; raw = {tool} (direct, 1 stream), {q} = O_DIRECT from "
         f"{args.threads} threads (the store's queue depth)"
     )
@@ -270,6 +313,8 @@ def main() -> None:
         )
 
     summary = {
+        "object_bytes": obj,
+        "model": str(args.model) if args.model else None,
         "read_vs_raw": s1["read"] / raw["read"],
         "write_vs_raw": s1["write"] / raw["write"],
         "read_gbps": s1["read"],
