@@ -469,11 +469,13 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         promotion ends at a node of its own, promoted after the request's prefill."""
         path = self.path_device_indices(hit.anchor).to(torch.int64)
         assert len(path) == hit.start, (rid, len(path), hit.start)
-        promote = self._promotion_tokens(hit, len(slots) // self.page_size) if len(slots) else 0
+        dram = hit.tail_dram_pages * self.page_size  # the plan's DRAM part: in host memory already
+        promoted = self._promotion_tokens(hit, (len(slots) - dram) // self.page_size) if len(slots) > dram else 0
+        promote = dram + promoted if promoted else 0  # tokens past hit.start ending the promoted node
         if hit.state_slot is not None and promote < len(slots):
             # A hybrid node's FA pages and its checkpoint are promoted as one unit (paper
             # 4.3): a share of the pages without the state at their end is no reusable prefix.
-            promote = 0
+            promoted = promote = 0
         node = hit.anchor
         cuts = [hit.start + promote] if 0 < promote < len(slots) else []
         for end in cuts + [hit.start + len(slots)]:
@@ -493,7 +495,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             )
             node = result.last_device_node
             if end == hit.start + promote:
-                self._promotions[rid] = (node, promote)
+                self._promotions[rid] = (node, promoted)
         if hit.state_slot is not None and result.mamba_exist:
             # The node had a state already: ours is a duplicate.
             self.req_to_token_pool.mamba_allocator.free(hit.state_slot)
@@ -505,7 +507,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         host-backed (write-through), the headroom is free host pages plus the host leaves next in eviction
         order that a promotion may displace (not reused within P_tau; robust rule: on SSD)."""
         page = self.page_size
-        start = hit.start // page
+        start = hit.start // page + hit.tail_dram_pages  # the prefix DRAM holds before the SSD pages
         free = self.cache_controller.mem_pool_host.available_size() // page
         tree = self.tree_core
         return page * self._policy().promotion_pages(

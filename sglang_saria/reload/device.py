@@ -120,6 +120,7 @@ class ReloadOutcome:
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page hash, status) of failed reads
     state_loaded: bool = False  # the plan's checkpoint is in its device slot (gathered with the last chunk)
     state_failed: str = ""  # the store's status of a checkpoint read that failed ("" if none did)
+    host_pages: int = 0  # DRAM pages moved (all of the plan's, whenever the load ran to its end or stopped)
 
 
 def fa_pool_of(device_pool: Any) -> Any:
@@ -370,7 +371,7 @@ class DeviceReloader:
             # A read still in flight (an exception above) must not land in staging a later load uses.
             wait(load.reads + ([load.state_read] if load.state_read is not None else []))
         self._sync()
-        return ReloadOutcome(True, load.n, load.n * self.page_bytes, state_loaded=load.state_loaded)
+        return ReloadOutcome(True, load.n, load.n * self.page_bytes, state_loaded=load.state_loaded, host_pages=load.host_done)
 
     def _begin(
         self,
@@ -429,7 +430,10 @@ class DeviceReloader:
         if (end < load.n and last) or state_failed:
             self._sync()
             reason = failed[0][1] if failed else (f"state_{state_failed}" if state_failed else "stopped")
-            return ReloadOutcome(False, end, end * self.page_bytes, reason=reason, failed=failed, state_failed=state_failed)
+            return ReloadOutcome(
+                False, end, end * self.page_bytes, reason=reason, failed=failed, state_failed=state_failed,
+                host_pages=load.host_done,
+            )
         return None
 
     def _landed(self, load: _Load, start: int, buf: torch.Tensor) -> tuple[int, list[tuple[str, str]]]:
@@ -458,10 +462,11 @@ class DeviceReloader:
 
     def _dram_due(self, load: _Load, landed: int, last: bool) -> int:
         """Pacing (paper 4.5): the DRAM pages due once ``landed`` SSD pages are in: all of them
-        at the end, none more after a load that stops unfinished, else what ``pace`` allows."""
+        at the end, even of a load that stops unfinished (they come before its SSD pages, so
+        they are published with whatever landed), else what ``pace`` allows."""
         done_bytes = landed * self.page_bytes
-        if landed < load.n and last:
-            return load.host_done  # an unfinished load moves no more DRAM pages
+        if last and landed < load.n:
+            return load.host_pages
         if load.pace is not None and landed < load.n:
             return min(load.host_pages, int(load.pace(done_bytes) // self.page_bytes))
         if load.pace is not None:

@@ -99,14 +99,16 @@ def reload_job(pending: PendingReload, slots: torch.Tensor, page_size: int, page
 
 
 def publishable(pending: PendingReload) -> Optional[str]:
-    """None when an ended reload's landed pages may join the tree, else why all is recomputed."""
+    """None when an ended reload's landed pages may join the tree, else why all is recomputed.
+    A full-attention plan's DRAM part is published even when no SSD page landed: it comes
+    first, and the worker moves all of it whenever the load ran."""
     job = pending.job
-    if job.pages == 0:
-        return job_reason(job)
     if pending.state_slot is not None and not (job.state_loaded and job.pages == len(job.page_hashes)):
         # A hybrid prefix is reusable only up to its checkpoint: without the state at its
         # end the landed FA pages cannot resume the GDN layers.
         return job_reason(job) if job.reason else "state"
+    if job.pages == 0 and not (pending.tail_dram_pages and job.host_pages == pending.tail_dram_pages):
+        return job_reason(job)
     return None
 
 

@@ -59,6 +59,7 @@ class ReloadJob:
     # ---- written by the worker
     pages: int = 0  # leading pages agreed by all ranks and in their slots
     state_loaded: bool = False  # the checkpoint landed (after every page) on every rank
+    host_pages: int = 0  # DRAM pages (``host_slots``) moved into their device slots
     reason: str = ""  # why fewer than all pages: the store's status, "stopped", "peer_rank"
     failed: list[tuple[str, str]] = field(default_factory=list)  # (page hash, status)
     seconds: float = 0.0
@@ -132,7 +133,7 @@ class ReloadWorker:
                 self._run(job)
             except BaseException:  # noqa: BLE001 - a crashed job publishes nothing
                 logger.exception("saria reload %s: worker failed; nothing published", job.rid)
-                job.pages, job.reason = 0, "worker_error"
+                job.pages, job.reason, job.host_pages = 0, "worker_error", 0
             finally:
                 job._done.set()
 
@@ -159,6 +160,7 @@ class ReloadWorker:
                 host_pages = 0 if job.host_slots is None else int(job.host_slots.numel()) // self.reloader.geometry.page_size
                 self.trace.write(job.rid, paced, host_pages * self.reloader.page_bytes)
             landed, reason, job.failed = outcome.pages, outcome.reason, outcome.failed
+            job.host_pages = outcome.host_pages
             state_loaded = outcome.state_loaded
             bad = [h for h, status in outcome.failed if status in DROPPED_STATUSES]
             if bad:

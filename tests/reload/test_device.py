@@ -218,6 +218,27 @@ def test_dram_and_ssd_pages_of_one_plan_move_in_the_same_gathers(make_store, lay
             assert torch.equal(pool.v_buffer[layer][rows].cpu(), kv[1, layer])
 
 
+def test_a_load_that_fails_midway_still_moves_every_dram_page_it_publishes(make_store):
+    """The DRAM part comes before the SSD pages: a failed read ends the SSD part, but the
+    pages before it are published with the whole DRAM part, so all of it must be in place
+    (a paced load has moved only part of it when the read fails)."""
+    dtype = torch.bfloat16
+    store = make_store(slot_bytes="4KiB")
+    ssd = [torch.randn(2, LAYERS, PAGE, HEADS, DIM).to(dtype) for _ in range(2)]
+    for i, kv in enumerate(ssd):
+        assert store.put(f"s{i}", stored_page(kv, "page_first")).ok
+    host = HostPool(8, "page_first", dtype, "cpu")
+    pool = DevicePool(64, dtype)
+    reloader = DeviceReloader(store.get_async, pool, "page_first", PAGE, page_bytes(dtype), host_pool=host, chunk_pages=1)
+    tokens = lambda ps: torch.cat([torch.arange(PAGE) + PAGE * p for p in ps])  # noqa: E731
+    host_pages, host_dst_pages = [6, 1, 3, 2], [10, 4, 7, 8]
+    pace = lambda done: 0.0  # noqa: E731 - the pacer has let no DRAM byte through yet
+    outcome = reloader.load(["s0", "s1", "missing"], tokens([2, 12, 9]), tokens(host_pages), tokens(host_dst_pages), pace)
+    assert (outcome.ok, outcome.pages, outcome.reason, outcome.host_pages) == (False, 2, "miss", 4)
+    for h, d in zip(host_pages, host_dst_pages):
+        assert torch.equal(pool.k_buffer[1][d * PAGE : (d + 1) * PAGE].cpu(), host.page(h)[0, 1])
+
+
 def test_host_pool_of_another_kind_leaves_dram_pages_to_hicache(make_store):
     pool = DevicePool(32, torch.bfloat16)
     other = HostPool(4, "page_first", torch.float16)  # dtype differs from the device pool

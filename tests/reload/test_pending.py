@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sglang_saria.mem_cache.metadata import SSD
-from sglang_saria.reload.pending import PendingReload, PendingReloads, reload_job
+from sglang_saria.reload.pending import PendingReload, PendingReloads, publishable, reload_job
 from sglang_saria.reload.plan import PageObjects, plan_pages
 from sglang_saria.reload.worker import ReloadJob
 
@@ -281,6 +281,15 @@ def test_the_job_gathers_tail_dram_pages_before_its_ssd_pages():
     assert job.page_hashes == ["a-1", "a-2"] and torch.equal(job.ssd_slots, slots[PAGE:])
     assert torch.equal(job.host_device_slots, slots[:PAGE]) and torch.equal(job.host_slots, p.tail_host_slots)
     assert job.dram_bytes == (8 + PAGE) * (PAGE_BYTES // PAGE) and job.state is None
+
+
+@pytest.mark.parametrize("moved, published", [(1, None), (0, "store_miss")])
+def test_a_dram_part_that_moved_is_published_though_no_ssd_page_landed(moved, published):
+    p = pending("a", 3)
+    p.tail_dram_pages, p.tail_host_slots = 1, torch.arange(100, 100 + PAGE)
+    p.job = reload_job(p, torch.arange(3 * PAGE), PAGE, PAGE_BYTES)
+    p.job.pages, p.job.reason, p.job.host_pages = 0, "miss", moved
+    assert publishable(p) == published
 
 
 # ---------------------------------------------------------------- one reload per page in flight
