@@ -33,6 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "gpukit": {"reload", "storage", "kernels", "mem_cache", "config", "units", "digest"},
     "agents": {"replay", "units"},
     "demo": {"agents", "launcher", "replay", "units"},
+    "bench": {"agents", "launcher", "replay", "config", "model_specs", "policy_names", "units"},
     "cluster": {"launcher"},
 }
 FORBIDDEN_ROOTS = ("scripts", "tests")
