@@ -38,6 +38,10 @@ class SariaServingMetrics:
             "after_write (the postponed reclaim), dropped (no SSD copy)",
             ["event"],
         )
+        self._host_leaf_splits = Counter(
+            "sglang:saria_host_leaf_splits_total",
+            "Host leaves split at host eviction so that their admitted leading pages are written (per-page admission)",
+        )
         self._reload_tokens = Counter(
             "sglang:saria_reload_tokens_total",
             "Prompt tokens reloaded into the device KV pool, by source (dram: host pool, ssd: store direct)",
@@ -155,6 +159,9 @@ class SariaServingMetrics:
 
     def host_evicted(self) -> None:
         self._host_evictions.inc()
+
+    def host_leaf_split(self) -> None:
+        self._host_leaf_splits.inc()
 
     def host_reclaim(self, gate: str) -> None:
         self._host_reclaims.labels(event=gate).inc()

@@ -276,6 +276,25 @@ class SariaHiCachePolicy:
             chosen += self._order(chain, AdmissionEvent.PREWRITE)
         return chosen
 
+    def admitted_prefix_pages(self, node: Any) -> int:
+        """Pages of a host leaf up to its deepest page this eviction would admit, when that is
+        not its last page (0 otherwise). The paper decides per block (4.2), as the replay does;
+        an SGLang node may join pages evicted a different number of times (a turn recomputed
+        after its prefix left host memory joins the old pages, E >= 1, with the new, E = 0), and
+        judged by its last page such a node would never be written. The adapter splits the leaf
+        there; the prefix is then asked as a leaf of its own (`on_host_evict`)."""
+        hashes = node.hash_value or []
+        if len(hashes) < 2 or not self.writes_ssd or not self.admission.uses_eviction_count:
+            return 0
+        r_min, e_min, checkpoint_only = self.sequencer.write_floor(self.view, AdmissionEvent.EVICT)
+        if checkpoint_only:
+            return 0
+        for i in range(len(hashes) - 1, -1, -1):
+            counters = self.metadata.get(page_key(hashes[i]))
+            if counters is not None and (counters.R >= r_min or counters.E >= e_min):
+                return 0 if i == len(hashes) - 1 or self.view.page_on_ssd(hashes[i]) else i + 1
+        return 0
+
     def on_host_evict(self, node: Any) -> tuple[bool, list[int]]:
         """A host leaf is the next to reclaim: (reclaim now?, ids of nodes to write first)."""
         hashes = node.hash_value or []

@@ -367,6 +367,22 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # The mamba slots reloads in flight hold for their checkpoints (owned by no node yet).
         return super().mamba_protected_size() + self._reload_tokens("inflight_states")
 
+    def _saria_host_eviction_gate(self, node: Any) -> bool:
+        """Write-before-reclaim per page (paper 4.2): a full-attention host leaf whose deepest
+        admitted page is not its last (`SariaHiCachePolicy.admitted_prefix_pages`) is split
+        there first. The suffix is reclaimed now (dropped, as the policy decides for it); the
+        prefix becomes a host leaf of its own, asked next by the same eviction, and is written
+        before its reclaim."""
+        policy = self._policy() if self.enable_storage else None
+        if policy is not None and set(self.tree_components) == {ComponentType.FULL}:
+            pages = policy.admitted_prefix_pages(node)
+            if pages:
+                _, action = self.tree_core._split_node(node.key, node, pages * self.page_size)
+                if action is not None:
+                    self._apply_cache_actions([action])
+                self._metrics.host_leaf_split()
+        return super()._saria_host_eviction_gate(node)
+
     def evict_host(self, num_tokens: int, component_type: ComponentType = ComponentType.FULL) -> int:
         # State space under the policy: whole host units (FA pages + state) through the gate.
         if (component_type != ComponentType.MAMBA or self.host_memory_mode == "buffer_only"

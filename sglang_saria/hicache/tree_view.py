@@ -48,9 +48,13 @@ class TreeTierView:
         if not hashes:
             return None
         loc = DRAM if node.backuped else 0
-        if self.on_ssd(hashes[-1]) or hashes[-1] in self._ordered:
+        if self.page_on_ssd(hashes[-1]):
             loc |= SSD
         return loc
+
+    def page_on_ssd(self, page_hash: str) -> bool:
+        """The store holds the page, or a write of a node ending on it was ordered."""
+        return self.on_ssd(page_hash) or page_hash in self._ordered
 
     def has_checkpoint(self, node: Any) -> bool:
         return node.component_data[MAMBA].host_value is not None

@@ -99,6 +99,20 @@ def test_block_evicted_twice_is_written_before_its_second_reclaim_under_E2():
     assert policy.admission.admitted["evict"] == 1
 
 
+def test_a_leaf_joining_pages_evicted_twice_and_once_is_split_after_the_twice_evicted_ones():
+    on_ssd: set[str] = set()
+    policy = make_policy("eviction:E2", on_ssd)
+    tree, old = one_node(["a0", "a1", "a2"])
+    insert(policy, tree, old)
+    assert evict(policy, old)  # the prefix's first eviction: E = 1, dropped
+    joined = tree.add(2, ["a0", "a1", "a2", "b0", "b1"], tree.node_by_id(0))  # recomputed with a new turn
+    insert(policy, tree, joined)
+    assert policy.admitted_prefix_pages(joined) == 3  # a2 would be at E + 1 = 2; b1 at 1
+    on_ssd.update(["a0", "a1", "a2"])
+    assert policy.admitted_prefix_pages(joined) == 0  # stored already: nothing to split for
+    assert policy.admitted_prefix_pages(tree.add(3, ["a0", "a1", "a2"], None)) == 0  # its last page decides
+
+
 def test_failed_write_before_reclaim_does_not_pin_host_memory():
     policy = make_policy("eviction:E1")  # the store never gets the pages (full, I/O errors)
     tree, node = one_node()
