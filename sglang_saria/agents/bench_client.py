@@ -37,14 +37,17 @@ class BenchResult:
 
 
 def run_bench_serving(
-    base_url: str, tokenizer: Path, dataset_args: list[str], out_dir: Path, timeout_s: float = 600.0
+    base_url: str, tokenizer: Path, dataset_args: list[str], out_dir: Path, timeout_s: float = 600.0,
+    client: tuple[str, ...] = ("sglang.bench_serving",),
 ) -> BenchResult:
-    """`--backend sglang-oai-chat` (the OpenAI chat endpoint) with `dataset_args`, cache report on."""
+    """`--backend sglang-oai-chat` (the OpenAI chat endpoint) with `dataset_args`, cache report on.
+    ``client``: the module to run and its own arguments (SGLang's client, or a wrapper of it that
+    takes the same flags, e.g. `sglang_saria.bench.think_serving --think-times FILE`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "bench_serving.jsonl"
     out.unlink(missing_ok=True)
     command = [
-        sys.executable, "-m", "sglang.bench_serving",
+        sys.executable, "-m", *client,
         "--backend", "sglang-oai-chat", "--base-url", base_url, "--tokenizer", str(tokenizer),
         "--cache-report", "--output-details", "--output-file", str(out), "--disable-tqdm", "--seed", "1",
         *dataset_args,
@@ -54,7 +57,7 @@ def run_bench_serving(
         done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s)
     if done.returncode != 0 or not out.exists():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"sglang.bench_serving exited with {done.returncode} (log {log}):\n{tail}")
+        raise RuntimeError(f"{client[0]} exited with {done.returncode} (log {log}):\n{tail}")
     result = json.loads(out.read_text().splitlines()[-1])
     errors = [e for e in result.get("errors", []) if e]
     ttfts = [t for t, e in zip(result["ttfts"], result["errors"]) if not e]

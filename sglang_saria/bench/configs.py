@@ -19,7 +19,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
@@ -213,32 +212,13 @@ class ClientRun:
 
 
 def run_client(url: str, model: Path, prepared: Prepared, out_dir: Path, timeout_s: float = 900.0) -> ClientRun:
-    """SGLang's `bench_serving` against ``url``: `bench_client.run_bench_serving` when turns go
-    back to back; with think times, the same client through `think_serving` (one hook that
-    sleeps before each round; bench_client runs `sglang.bench_serving` only)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if prepared.think_path is None:
-        result = run_bench_serving(url, model, prepared.dataset_args, out_dir, timeout_s)
-        return ClientRun(result, **_details(out_dir / "bench_serving.jsonl"))
-    out = out_dir / "bench_serving.jsonl"
-    out.unlink(missing_ok=True)
-    command = [
-        sys.executable, "-m", "sglang_saria.bench.think_serving", "--think-times", str(prepared.think_path),
-        "--backend", "sglang-oai-chat", "--base-url", url, "--tokenizer", str(model),
-        "--cache-report", "--output-details", "--output-file", str(out), "--disable-tqdm", "--seed", "1",
-        *prepared.dataset_args,
-    ]
-    log = out_dir / "bench_serving.log"
-    with open(log, "w") as handle:
-        done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout_s)
-    if done.returncode != 0 or not out.exists():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-        raise RuntimeError(f"think_serving (sglang.bench_serving) exited with {done.returncode} (log {log}):\n{tail}")
-    raw = json.loads(out.read_text().splitlines()[-1])
-    errors = [e for e in raw.get("errors", []) if e]
-    ttfts = [t for t, e in zip(raw["ttfts"], raw["errors"]) if not e]
-    result = BenchResult(len(raw["errors"]), int(raw["completed"]), errors, ttfts, raw.get("cache_report") or {})
-    return ClientRun(result, **_details(out))
+    """SGLang's `bench_serving` against ``url`` (`bench_client.run_bench_serving`); with think
+    times, the same client through `think_serving` (one hook that sleeps before each round)."""
+    client = ("sglang.bench_serving",)
+    if prepared.think_path is not None:
+        client = ("sglang_saria.bench.think_serving", "--think-times", str(prepared.think_path))
+    result = run_bench_serving(url, model, prepared.dataset_args, out_dir, timeout_s, client)
+    return ClientRun(result, **_details(out_dir / "bench_serving.jsonl"))
 
 
 def _details(path: Path) -> dict:
