@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -96,6 +97,11 @@ def context_limit(model: Path) -> int:
     return int(json.loads((model / "config.json").read_text()).get("max_position_embeddings", 8192))
 
 
+def default_compute_threads() -> int:
+    """One core fewer than this process may run on (at least 1)."""
+    return max(1, len(os.sched_getaffinity(0)) - 1)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, action="append", default=None,
@@ -112,6 +118,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--device-tokens", type=int, default=1024, help="device pool, tokens (default 1024)")
     ap.add_argument("--hicache-ratio", type=float, default=2.0, help="host pool = this x device pool (default 2)")
     ap.add_argument("--store-tokens", type=int, default=2048, help="saria store capacity, tokens (default 2048)")
+    ap.add_argument("--compute-threads", type=int, default=default_compute_threads(),
+                    help="torch threads of each server's forward pass (OMP_NUM_THREADS; 0: torch's one per core). "
+                         f"Default: one core fewer than this process may use ({default_compute_threads()} here), "
+                         "so the servers' I/O threads and the client never stall a forward pass (a GPU host's "
+                         "prefill does not share its cores either)")
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), help=f"configurations (default: {' '.join(CONFIGS)}); "
                     "'budget' alone takes --dwpd")
     ap.add_argument("--dwpd", type=float, default=None, help="budget:<DWPD> (default: half of E2's writes / store capacity)")
@@ -169,7 +180,7 @@ def build_configs(names: list[str], dwpd: float) -> list[BenchConfig]:
 
 def pools_for(args: argparse.Namespace, model: Path) -> Pools:
     return Pools(args.page_size, args.device_tokens, args.hicache_ratio, args.store_tokens, is_hybrid(model),
-                 dtype=serving_dtype(model))
+                 dtype=serving_dtype(model), compute_threads=args.compute_threads)
 
 
 def workload_for(args: argparse.Namespace, model: Path) -> Workload:
@@ -193,7 +204,7 @@ def measure_prefill(model: Path, pools: Pools, work: Path) -> dict:
     """The machine's prefill rate, measured directly on an idle dram-only server."""
     config = parse_config(DRAM_ONLY)
     server_config = ServerConfig(model, args=pools.flags() + config.server_args(pools, work / "store"),
-                                 log_path=work / "prefill-server.log", env={"SGLANG_MP_START_METHOD": "fork"})
+                                 log_path=work / "prefill-server.log", env=pools.server_env())
     with SGLangServer(server_config) as server:
         return fig10_replay.measure_prefill_tps(server)
 

@@ -94,3 +94,29 @@ def get_model_spec(name: str) -> ModelSpec:
     if spec is None:
         raise ValueError(f"unknown model {name!r}; known models: {', '.join(sorted(MODEL_SPECS))}")
     return spec
+
+
+_HF_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def spec_from_hf_config(name: str, config: dict, block_tokens: int) -> ModelSpec:
+    """A served model's spec from its Hugging Face ``config.json`` (the benchmarks' local
+    models): FA layers are all of them or those ``layer_types`` marks ``full_attention``,
+    the others GDN layers with the ``linear_*`` geometry. KV and the conv state are in the
+    dtype it is served in; the recurrent state is fp32 (SGLang's default)."""
+    types = config.get("layer_types")
+    layers = int(config["num_hidden_layers"])
+    fa = layers if types is None else sum(t == "full_attention" for t in types)
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    dtype = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+    if dtype not in _HF_DTYPES:
+        raise ValueError(f"model {name!r}: config dtype {dtype!r} not in {sorted(_HF_DTYPES)}")
+    gdn: dict = {}
+    if types is not None and len(types) > fa:
+        gdn = dict(gdn_layers=len(types) - fa, gdn_key_heads=int(config["linear_num_key_heads"]),
+                   gdn_value_heads=int(config["linear_num_value_heads"]),
+                   gdn_key_head_dim=int(config["linear_key_head_dim"]),
+                   gdn_value_head_dim=int(config["linear_value_head_dim"]),
+                   gdn_conv_kernel=int(config["linear_conv_kernel_dim"]), gdn_conv_dtype=_HF_DTYPES[dtype])
+    return ModelSpec(name, fa, int(config["num_key_value_heads"]), int(head_dim), kv_dtype=_HF_DTYPES[dtype],
+                     default_block_tokens=block_tokens, **gdn)

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from sglang_saria import policy_names
-from sglang_saria.agents.bench_client import BenchResult, run_bench_serving
+from sglang_saria.agents.bench_client import BenchClient, BenchResult, start_bench_serving
 from sglang_saria.agents.weka_chat import AGENTS, weka_conversations, write_agentic_trace
-from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, hicache_args, saria_metrics
+from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, free_port, hicache_args, saria_metrics
 
 DRAM_ONLY = "dram-only"
 HICACHE_FILE = "hicache-file"
@@ -36,6 +36,11 @@ STOCK = (DRAM_ONLY, HICACHE_FILE)
 # takes 24 s instead of 39 s on 2 cores), and the host pool's 10 GiB free-memory reserve
 # (patch 015) is 1 GiB, as in the tests: the pools here are a few MiB.
 SERVER_ENV = {"SGLANG_MP_START_METHOD": "fork", "SGLANG_HICACHE_HOST_MEMORY_RESERVE_GB": "1"}
+
+
+# A hybrid server's GDN checkpoint spacing, tokens (as in the hybrid tests): a prefix is
+# reusable up to its last checkpoint, so a growing conversation keeps all but < 64 tokens.
+MAMBA_TRACK_INTERVAL = 64
 
 
 class BenchError(RuntimeError):
@@ -54,12 +59,22 @@ class Pools:
     hybrid: bool = False  # GDN hybrid model: mamba slots, 4 running requests
     server_warmup: bool = False  # SGLang's warmup request (it leaves a few cached pages behind)
     dtype: str = ""  # the served dtype ("": bfloat16, float16 for a hybrid: exact on CPU); see `serving_dtype`
+    # torch threads of the server's forward passes (0: torch's default, one per core); see `server_env`
+    compute_threads: int = 0
+
+    @property
+    def checkpoint_tokens(self) -> int:
+        """A hybrid's GDN checkpoint grid (`--mamba-track-interval`): SGLang caches a prefix up
+        to its last checkpoint, and the replay places checkpoints on the same grid."""
+        return MAMBA_TRACK_INTERVAL if self.hybrid else 0
 
     @property
     def host_tokens(self) -> int:
         return int(self.device_tokens * self.hicache_ratio)
 
     def validate(self) -> "Pools":
+        if self.compute_threads < 0:
+            raise ValueError(f"compute_threads={self.compute_threads}: must be >= 0 (0: torch's default)")
         for name in ("page_size", "device_tokens", "store_tokens"):
             value = getattr(self, name)
             if value <= 0:
@@ -70,10 +85,21 @@ class Pools:
             raise ValueError(f"hicache_ratio={self.hicache_ratio}: must be > 1 (SGLang's host pool exceeds the device's)")
         return self
 
+    def server_env(self) -> dict[str, str]:
+        """`SERVER_ENV`, and ``compute_threads`` as OMP_NUM_THREADS. Why: on a CPU server the
+        forward pass runs in torch's OpenMP threads, and a parallel region waits for its
+        slowest thread; with one thread per core, any other thread that runs (the store's
+        writes, HiCache's copies, the client) stalls every matmul, so a configuration is charged
+        for its I/O many times over. Fewer compute threads than cores leave the I/O its own
+        core, as a GPU host's prefill never waits for its host threads."""
+        threads = {"OMP_NUM_THREADS": str(self.compute_threads)} if self.compute_threads else {}
+        return {**SERVER_ENV, **threads}
+
     def flags(self) -> list[str]:
         dtype = ["--dtype", self.dtype or ("float16" if self.hybrid else "bfloat16")]
         if self.hybrid:
-            dtype += ["--max-mamba-cache-size", "16", "--max-running-requests", "4"]
+            dtype += ["--max-mamba-cache-size", "16", "--max-running-requests", "4", "--mamba-radix-cache-strategy",
+                      "extra_buffer", "--mamba-track-interval", str(self.checkpoint_tokens)]
         warmup = [] if self.server_warmup else ["--skip-server-warmup"]
         return ["--page-size", str(self.page_size), "--max-total-tokens", str(self.device_tokens), *dtype,
                 "--enable-cache-report", *warmup]
@@ -211,14 +237,18 @@ class ClientRun:
     ttfts_all_s: list[float] = field(default_factory=list)
 
 
-def run_client(url: str, model: Path, prepared: Prepared, out_dir: Path, timeout_s: float = 900.0) -> ClientRun:
-    """SGLang's `bench_serving` against ``url`` (`bench_client.run_bench_serving`); with think
+def start_client(url: str, model: Path, prepared: Prepared, out_dir: Path, timeout_s: float = 900.0,
+                 ready_timeout_s: int = 60) -> BenchClient:
+    """SGLang's `bench_serving` against ``url`` (`bench_client.start_bench_serving`); with think
     times, the same client through `think_serving` (one hook that sleeps before each round)."""
     client = ("sglang.bench_serving",)
     if prepared.think_path is not None:
         client = ("sglang_saria.bench.think_serving", "--think-times", str(prepared.think_path))
-    result = run_bench_serving(url, model, prepared.dataset_args, out_dir, timeout_s, client)
-    return ClientRun(result, **_details(out_dir / "bench_serving.jsonl"))
+    return start_bench_serving(url, model, prepared.dataset_args, out_dir, timeout_s, client, ready_timeout_s)
+
+
+def client_run(client: BenchClient, out_dir: Path) -> ClientRun:
+    return ClientRun(client.result(), **_details(out_dir / "bench_serving.jsonl"))
 
 
 def _details(path: Path) -> dict:
@@ -297,18 +327,24 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
     is False."""
     work.mkdir(parents=True, exist_ok=True)
     store = work / "store"
-    env = {**SERVER_ENV, **(AUDIT_ENV if audit and config.saria else {})}
+    env = {**pools.server_env(), **(AUDIT_ENV if audit and config.saria else {})}
     started = time.monotonic()
     server_config = ServerConfig(model, args=pools.flags() + config.server_args(pools, store),
-                                 log_path=work / "server.log", env=env)
-    with SGLangServer(server_config) as server:
-        client = run_client(server.url, model, prepared, work / "client")
-        if config.saria:
-            server.wait_storage_writes()
-        metrics = saria_metrics(server.metrics())
-        (work / "saria-metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
-        written = settled_file_bytes(store) if config.backend == "file" else metrics.get(
-            "sglang:saria_ssd_bytes_written_total", 0.0)
+                                 port=free_port(), log_path=work / "server.log", env=env)
+    # the client starts with the server and waits for it: its imports overlap the server's start
+    early = start_client(f"http://{server_config.host}:{server_config.port}", model, prepared, work / "client",
+                         ready_timeout_s=int(server_config.startup_timeout_s))
+    try:
+        with SGLangServer(server_config) as server:
+            client = client_run(early, work / "client")
+            if config.saria:
+                server.wait_storage_writes()
+            metrics = saria_metrics(server.metrics())
+            (work / "saria-metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
+            written = settled_file_bytes(store) if config.backend == "file" else metrics.get(
+                "sglang:saria_ssd_bytes_written_total", 0.0)
+    finally:
+        early.stop()
     pages, errors = check_audit(config, metrics, work) if audit and config.saria else (0.0, 0.0)
     result = client.result
     cache = result.cache

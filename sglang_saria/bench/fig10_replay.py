@@ -32,7 +32,7 @@ import xxhash
 from sglang_saria.bench.configs import DRAM_ONLY, HICACHE_FILE, Pools, Prepared, markdown
 from sglang_saria.agents.tokenizer import IM_END, IM_START
 from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, PromotionConfig, SariaConfig
-from sglang_saria.model_specs import ModelSpec
+from sglang_saria.model_specs import ModelSpec, spec_from_hf_config
 from sglang_saria.replay.trace import TraceRequest, TraceSession, chain_keys, scope_seed
 
 # Token ids of the tiny models' special tokens (agents/tokenizer.py: they follow the 256 bytes).
@@ -82,16 +82,11 @@ def replay_sessions(prepared: Prepared, page_size: int, output_len: int) -> list
 
 
 def model_spec(model_dir: Path, page_size: int) -> ModelSpec:
-    """The served model's KV geometry as a replay ModelSpec (blocks = the server's pages)."""
+    """The served model's KV geometry (and a hybrid's GDN checkpoint) as a replay ModelSpec,
+    blocks = the server's pages."""
     import json
 
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    types = config.get("layer_types")
-    fa = int(config["num_hidden_layers"]) if types is None else sum(t == "full_attention" for t in types)
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    kv_dtype = "fp32" if (config.get("torch_dtype") or config.get("dtype")) == "float32" else "bf16"  # as served
-    return ModelSpec(Path(model_dir).name, fa, int(config["num_key_value_heads"]), int(head_dim), kv_dtype=kv_dtype,
-                     default_block_tokens=page_size)
+    return spec_from_hf_config(Path(model_dir).name, json.loads((Path(model_dir) / "config.json").read_text()), page_size)
 
 
 @dataclass(frozen=True)
@@ -115,7 +110,8 @@ def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> Sar
         admission = dataclasses.replace(admission, auto_prefill_tps=plan.prefill_tps)
     return SariaConfig(
         admission=admission,
-        metadata=MetadataConfig(block_tokens=plan.pools.page_size),
+        metadata=MetadataConfig(block_tokens=plan.pools.page_size, **(
+            {"checkpoint_tokens": plan.pools.checkpoint_tokens} if plan.pools.hybrid else {})),
         promotion=PromotionConfig(mode=promotion),
         capacity=CapacityConfig(dram_tokens=plan.pools.host_tokens,
                                 ssd_tokens=plan.unbounded_ssd_tokens if name == HICACHE_FILE else plan.pools.store_tokens),

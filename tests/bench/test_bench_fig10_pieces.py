@@ -29,6 +29,7 @@ from sglang_saria.bench.configs import (
 from sglang_saria.bench.fig10_replay import (
     comparison,
     comparison_table,
+    model_spec,
     orderings_table,
     replay_config,
     replay_sessions,
@@ -187,6 +188,38 @@ def test_replay_stands_in_for_each_server_configuration():
     e2 = replay_config("eviction:E2", plan)
     assert (e2.capacity.dram_tokens, e2.capacity.ssd_tokens, e2.metadata.block_tokens) == (1024, 4096, 16)
     assert replay_config("auto", plan).admission.auto_prefill_tps == 2000.0
+
+
+def test_a_hybrid_is_served_and_replayed_on_one_checkpoint_grid():
+    pools = Pools(page_size=16, device_tokens=512, store_tokens=4096, hybrid=True)
+    flags = pools.flags()
+    assert flags[flags.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"
+    assert int(flags[flags.index("--mamba-track-interval") + 1]) == pools.checkpoint_tokens == 64
+    plan = ReplayPlan(pools, 2000.0, 8)
+    assert replay_config("eviction:E2", plan).metadata.checkpoint_tokens == 64
+    assert Pools().checkpoint_tokens == 0 and "--mamba-track-interval" not in Pools().flags()
+
+
+def test_the_replay_reads_a_hybrids_gdn_geometry_from_its_config(tmp_path):
+    config = {"num_hidden_layers": 8, "layer_types": ["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3
+              + ["full_attention"], "num_key_value_heads": 8, "head_dim": 256, "hidden_size": 1024, "num_attention_heads": 16,
+              "linear_num_key_heads": 8, "linear_num_value_heads": 16, "linear_key_head_dim": 128,
+              "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "torch_dtype": "float32"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    spec = model_spec(tmp_path, 16)
+    assert (spec.fa_layers, spec.gdn_layers, spec.kv_bytes_per_token) == (2, 6, 2 * 2 * 8 * 256 * 4)
+    # per GDN layer: fp32 recurrent state 16 x 128 x 128, conv state (2*8*128 + 16*128) x 3 in the served fp32
+    assert spec.checkpoint_bytes == 6 * (16 * 128 * 128 * 4 + 4096 * 3 * 4)
+    (tmp_path / "config.json").write_text(json.dumps({**config, "torch_dtype": "int8"}))
+    with pytest.raises(ValueError, match="int8"):
+        model_spec(tmp_path, 16)
+
+
+def test_compute_threads_reach_the_server_as_omp_threads():
+    assert "OMP_NUM_THREADS" not in Pools().server_env()
+    assert Pools(compute_threads=1).server_env()["OMP_NUM_THREADS"] == "1"
+    with pytest.raises(ValueError, match="compute_threads=-1"):
+        Pools(compute_threads=-1).validate()
 
 
 def test_comparison_orders_and_ratios_both_sides():

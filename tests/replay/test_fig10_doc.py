@@ -47,3 +47,18 @@ def test_update_doc_rewrites_only_the_marked_tables(data):
     assert doc_blocks(new)[name] == doc_tables(data)[name]
     with pytest.raises(ValueError, match="unknown fig10 table"):
         update_doc("<!-- fig10:nope -->\nx\n<!-- /fig10 -->\n", data)
+
+
+def test_the_orderings_the_doc_states_hold_in_the_json(data):
+    """The section's claims, on the recorded runs (3 repeats each): on the full-attention model
+    no pair that the replay orders one way and the server the other beyond the server's
+    run-to-run spread, by SSD writes or TTFT; on the hybrid, the swap it explains (E3 and the
+    budget by writes) and the one TTFT pair at the edge of the spread."""
+    by_model = {Path(e["model"]).name: e for e in data}
+    for entry in data:
+        assert all(len(runs) == 3 for runs in entry["runs"].values()), entry["model"]
+    bench = by_model["qwen3-bench"]["comparison"]
+    assert bench["disagree_writes"] == [] and bench["disagree_ttft"] == []
+    hybrid = by_model["qwen3.5-bench-hybrid"]["comparison"]
+    assert [d.split(" (")[0] for d in hybrid["disagree_writes"]] == ["eviction:E3 < budget:0.145"]
+    assert [d.split(" (")[0] for d in hybrid["disagree_ttft"]] == ["full-duplicate < budget:0.145"]
