@@ -35,6 +35,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -64,7 +65,7 @@ from sglang_saria.bench.configs import (  # noqa: E402
     to_json,
 )
 from sglang_saria.agents.weka_chat import AGENTS  # noqa: E402
-from sglang_saria.launcher import SGLangServer, ServerConfig  # noqa: E402
+from sglang_saria.launcher import SGLangServer  # noqa: E402
 
 BUDGET = "budget"
 CONFIGS = (DRAM_ONLY, HICACHE_FILE, "full-duplicate", "eviction:E2", "eviction:E3", BUDGET, "auto")
@@ -167,6 +168,9 @@ def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         pools_for(args, args.model[0]).validate()
     except ValueError as e:
         ap.error(str(e))
+    if not args.no_replay and DRAM_ONLY not in args.configs:
+        ap.error(f"--configs: the replay comparison needs {DRAM_ONLY} (its first server measures the prefill rate); "
+                 "add it, or pass --no-replay")
     if BUDGET in args.configs and args.dwpd is None and "eviction:E2" not in args.configs:
         ap.error("--configs: 'budget' without --dwpd needs eviction:E2 in the run (its writes set the DWPD)")
 
@@ -200,13 +204,17 @@ def binding_dwpd(runs: dict[str, list[RunResult]], pools: Pools, kv_bytes_per_to
     return 1e-3, "nothing was written by E2 or full duplicate: 0.001"
 
 
-def measure_prefill(model: Path, pools: Pools, work: Path) -> dict:
-    """The machine's prefill rate, measured directly on an idle dram-only server."""
-    config = parse_config(DRAM_ONLY)
-    server_config = ServerConfig(model, args=pools.flags() + config.server_args(pools, work / "store"),
-                                 log_path=work / "prefill-server.log", env=pools.server_env())
-    with SGLangServer(server_config) as server:
-        return fig10_replay.measure_prefill_tps(server)
+def prefill_probe(config: BenchConfig, repeat: int, args: argparse.Namespace, into: dict) -> Callable | None:
+    """For the first dram-only run when the replay is on: a hook that measures the machine's prefill
+    rate on that server once its workload is done (idle, cache flushed), into ``into``."""
+    if args.no_replay or config.name != DRAM_ONLY or repeat:
+        return None
+
+    def measure(server: SGLangServer) -> None:
+        server.flush_cache()
+        into.update(fig10_replay.measure_prefill_tps(server))
+
+    return measure
 
 
 def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) -> ModelRun:
@@ -217,7 +225,7 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
     dwpd, dwpd_rule = args.dwpd, "--dwpd"
     configs = build_configs(args.configs, dwpd or 1.0)
     runs: dict[str, list[RunResult]] = {}
-    names: dict[str, str] = {}  # configured name -> reported name (budget's DWPD is set after E2)
+    prefill: dict = {}
     for i in range(args.repeats):
         for config in configs:
             if config.admission and config.admission.startswith("budget:") and args.dwpd is None:
@@ -225,14 +233,14 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
                     dwpd, dwpd_rule = binding_dwpd(runs, pools, spec.kv_bytes_per_token)
                 config = parse_config(f"budget:{dwpd:.3g}")
             bar.set_postfix_str(f"{model.name} {config.name} #{i + 1}")
-            result, _ = run_config(config, model, prepared, pools, work / f"{config.name.replace(':', '_')}-{i}", not args.no_audit)
+            result, _ = run_config(config, model, prepared, pools, work / f"{config.name.replace(':', '_')}-{i}",
+                                   not args.no_audit, prefill_probe(config, i, args, prefill))
             runs.setdefault(config.name, []).append(result)
             bar.update(1)
     medians = {name: median_result(rs) for name, rs in runs.items()}
     spreads = {name: {k: spread(rs, k) for k in ("ssd_bytes", "ttft_mean_ms", "ttft_p90_ms")} for name, rs in runs.items()}
-    prefill, replayed, cmp = {}, {}, {}
+    replayed, cmp = {}, {}
     if not args.no_replay:
-        prefill = measure_prefill(model, pools, work)
         replayed, cmp = replay_side(model, prepared, pools, prefill["prefill_tps"], medians, spreads)
     workload_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(workload).items()}
     workload_json["requests"] = prepared.requests
@@ -332,7 +340,7 @@ def report(mr: ModelRun) -> str:
     lines.append("Run-to-run spread ((max - min) / median): " + ", ".join(
         f"{n} writes {s['ssd_bytes']:.2f} TTFT {s['ttft_mean_ms']:.2f}" for n, s in mr.spreads.items()))
     if mr.comparison:
-        lines += ["", f"Replay at {mr.prefill['prefill_tps']:.0f} prefill tokens/s (measured on an idle dram-only server):", "",
+        lines += ["", f"Replay at {mr.prefill['prefill_tps']:.0f} prefill tokens/s (measured on the first dram-only server once its run was done, cache flushed):", "",
                   fig10_replay.comparison_table(mr.comparison), "", fig10_replay.orderings_table(mr.comparison)]
     return "\n".join(lines)
 

@@ -19,6 +19,7 @@ PROMOTION_MODES = ("zero", "half", "full", "saria")
 TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
 ADMISSION_RULES = ("robust", "paper")
+CHECKPOINT_PLACEMENTS = ("grid", "prefix-end")  # MetadataConfig.checkpoint_placement
 
 
 def _check(cond: bool, name: str, value: Any, why: str) -> None:
@@ -84,6 +85,10 @@ class MetadataConfig:
     block_tokens: int = 512
     checkpoint_tokens: int = 16384  # GDN checkpoint spacing (hybrid models only)
     metadata_window_s: float = 7200.0
+    # where a hybrid model keeps GDN checkpoints (the replay; the server's tree decides for itself):
+    # "grid": every checkpoint_tokens (paper 5.1); "prefix-end": one per computed prefix, at its last
+    # checkpoint_tokens-aligned block (SGLang's `--mamba-radix-cache-strategy extra_buffer`)
+    checkpoint_placement: str = "grid"
 
     def validate(self, prefix: str = "metadata") -> None:
         _check(self.block_tokens > 0, f"{prefix}.block_tokens", self.block_tokens, "must be > 0")
@@ -94,6 +99,8 @@ class MetadataConfig:
             f"must be a positive multiple of block_tokens={self.block_tokens}",
         )
         _check(self.metadata_window_s > 0, f"{prefix}.metadata_window_s", self.metadata_window_s, "must be > 0")
+        _check(self.checkpoint_placement in CHECKPOINT_PLACEMENTS, f"{prefix}.checkpoint_placement",
+               self.checkpoint_placement, f"must be one of {', '.join(CHECKPOINT_PLACEMENTS)}")
 
 
 @dataclass

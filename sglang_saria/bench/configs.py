@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -65,7 +66,8 @@ class Pools:
     @property
     def checkpoint_tokens(self) -> int:
         """A hybrid's GDN checkpoint grid (`--mamba-track-interval`): SGLang caches a prefix up
-        to its last checkpoint, and the replay places checkpoints on the same grid."""
+        to its last grid point, with one state there (`extra_buffer`), and the replay places its
+        checkpoints the same way (`MetadataConfig.checkpoint_placement = "prefix-end"`)."""
         return MAMBA_TRACK_INTERVAL if self.hybrid else 0
 
     @property
@@ -321,10 +323,11 @@ def check_audit(config: BenchConfig, metrics: dict[str, float], where: Path) -> 
 
 
 def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pools, work: Path,
-               audit: bool = True) -> tuple[RunResult, ClientRun]:
+               audit: bool = True, when_done: Callable[[SGLangServer], None] | None = None) -> tuple[RunResult, ClientRun]:
     """One fresh server and store, the workload, the numbers. The KV audit (saria's: it
     checks every page saria moves; stock configurations have none) is on unless ``audit``
-    is False."""
+    is False. ``when_done`` gets the server once the numbers are read (it is idle then): a
+    measurement that needs a server of this configuration spares starting another."""
     work.mkdir(parents=True, exist_ok=True)
     store = work / "store"
     env = {**pools.server_env(), **(AUDIT_ENV if audit and config.saria else {})}
@@ -343,6 +346,8 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
             (work / "saria-metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
             written = settled_file_bytes(store) if config.backend == "file" else metrics.get(
                 "sglang:saria_ssd_bytes_written_total", 0.0)
+            if when_done is not None:
+                when_done(server)
     finally:
         early.stop()
     pages, errors = check_audit(config, metrics, work) if audit and config.saria else (0.0, 0.0)

@@ -111,7 +111,8 @@ def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> Sar
     return SariaConfig(
         admission=admission,
         metadata=MetadataConfig(block_tokens=plan.pools.page_size, **(
-            {"checkpoint_tokens": plan.pools.checkpoint_tokens} if plan.pools.hybrid else {})),
+            {"checkpoint_tokens": plan.pools.checkpoint_tokens, "checkpoint_placement": "prefix-end"}
+            if plan.pools.hybrid else {})),
         promotion=PromotionConfig(mode=promotion),
         capacity=CapacityConfig(dram_tokens=plan.pools.host_tokens,
                                 ssd_tokens=plan.unbounded_ssd_tokens if name == HICACHE_FILE else plan.pools.store_tokens),

@@ -46,10 +46,13 @@ class ContextNode:
 class ContextMetadata:
     """The metadata tree: key -> node, plus a recency list for window reclamation."""
 
-    def __init__(self, block_tokens: int, checkpoint_tokens: int | None, window_s: float) -> None:
+    def __init__(self, block_tokens: int, checkpoint_tokens: int | None, window_s: float,
+                 checkpoints_on_grid: bool = True) -> None:
         self.block_tokens = block_tokens
-        # node i (0-based) carries a checkpoint when (i + 1) % stride == 0; 0 = FA-only model
+        # checkpoints sit on blocks i (0-based) with (i + 1) % stride == 0; 0 = FA-only model
         self.checkpoint_stride = (checkpoint_tokens // block_tokens) if checkpoint_tokens else 0
+        # every grid block carries one from its creation; else the owner places them (`place_checkpoint`)
+        self._grid_stride = self.checkpoint_stride if checkpoints_on_grid else 0
         self.window_s = window_s
         self.nodes: dict[int, ContextNode] = {}
         self._recency: OrderedDict[int, None] = OrderedDict()  # by last use; reclamation scans the front
@@ -136,7 +139,7 @@ class ContextMetadata:
     def _create(self, keys: list[int], found: list[ContextNode | None], start: int, now: float) -> None:
         """First computations (or recomputations after reclamation): a node for each key from ``start``
         on that ``found`` has none for, its parent the key before."""
-        stride = self.checkpoint_stride
+        stride = self._grid_stride
         nodes, recency = self.nodes, self._recency
         created = checkpoints = 0
         for i in range(start, len(keys)):
@@ -149,6 +152,12 @@ class ContextMetadata:
                 checkpoints += ck
         self.created += created
         self.created_checkpoints += checkpoints
+
+    def place_checkpoint(self, node: ContextNode) -> None:
+        """``node`` now ends on a checkpoint (placed by its owner, not by the grid); no tier holds it yet."""
+        if node.ck_loc == NO_CHECKPOINT:
+            node.ck_loc = 0
+            self.created_checkpoints += 1
 
     def set_location(self, key: int, obj: str, tier: int, present: bool) -> None:
         """Adapter hook: one object of a node gained/lost a copy in ``tier`` outside the core.

@@ -16,6 +16,7 @@ from typing import Any
 
 from sglang_saria.config import (
     ADMISSION_RULES,
+    CHECKPOINT_PLACEMENTS,
     PLANNERS,
     PROMOTION_MODES,
     TRANSFER_MODES,
@@ -60,6 +61,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="qwen3-8b", help=f"one of {', '.join(sorted(MODEL_SPECS))}")
     p.add_argument("--block-tokens", type=int, default=None, help="tokens per block (default 512 FA / 1024 hybrid)")
     p.add_argument("--checkpoint-tokens", type=int, default=16384, help="GDN checkpoint spacing (hybrid models)")
+    p.add_argument("--checkpoint-placement", choices=CHECKPOINT_PLACEMENTS, default="grid",
+                   help="grid: a GDN checkpoint every --checkpoint-tokens (the paper); prefix-end: one per computed "
+                        "prefix at its last aligned block (SGLang's --mamba-radix-cache-strategy extra_buffer)")
     p.add_argument("--dram-tokens", default="1M")
     p.add_argument("--ssd-tokens", default="10M")
     p.add_argument("--promotion", choices=PROMOTION_MODES, default="saria")
@@ -109,6 +113,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
         metadata=MetadataConfig(
             block_tokens=args.block_tokens or spec.default_block_tokens,
             checkpoint_tokens=args.checkpoint_tokens,
+            checkpoint_placement=args.checkpoint_placement,
             metadata_window_s=parse_duration_s(args.metadata_window, "--metadata-window"),
         ),
         promotion=PromotionConfig(mode=args.promotion, ratio=args.promotion_ratio, p_tau_s=args.p_tau),

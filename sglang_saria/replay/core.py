@@ -93,7 +93,10 @@ class SariaCore:
         self.spec = spec
         bt = cfg.metadata.block_tokens
         self.hybrid = spec.is_hybrid
-        self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None, cfg.metadata.metadata_window_s)
+        on_grid = cfg.metadata.checkpoint_placement == "grid"
+        self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None,
+                                        cfg.metadata.metadata_window_s, on_grid)
+        self._checkpoint_at_prefix_end = self.hybrid and not on_grid
         self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
@@ -190,7 +193,8 @@ class SariaCore:
         dram_cap = dram.capacity_tokens
         self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
-        for k in keys[: n_hit - 1 if n_hit else None : -1]:  # deepest first: tails age before heads
+        cached = self._place_prefix_checkpoint(keys, n_hit) if self._checkpoint_at_prefix_end else len(keys)
+        for k in reversed(keys[n_hit:cached]):  # deepest first: tails age before heads
             node = nodes.get(k)
             if node is None:  # reclaimed while the request ran; it is recomputed as new
                 continue
@@ -238,6 +242,30 @@ class SariaCore:
     def _size(self, node: ContextNode) -> tuple[int, int]:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
         return self._sizes[node.ck_loc >= 0]
+
+    def _place_prefix_checkpoint(self, keys: list[int], n_hit: int) -> int:
+        """``checkpoint_placement = "prefix-end"``: the prefill of ``keys[n_hit:]`` leaves one GDN state,
+        at the last grid-aligned block of the request, as SGLang's ``extra_buffer`` strategy keeps one
+        tracked state per inserted prefix; the blocks past it are not cached (SGLang inserts the prefix
+        up to its state). A boundary inside the span whose checkpoint no tier holds any more stops
+        being one: recomputing the span does not bring that state back. Returns the blocks cached."""
+        md = self.metadata
+        stride = md.checkpoint_stride
+        end = len(keys) // stride * stride - 1
+        nodes = md.nodes
+        for i in range(n_hit, len(keys)):
+            node = nodes.get(keys[i])
+            if node is None:
+                continue
+            if i != end:
+                if node.ck_loc == 0:
+                    node.ck_loc = NO_CHECKPOINT
+            elif node.ck_loc == NO_CHECKPOINT:
+                if node.fa_loc & DRAM:  # resident without a checkpoint: re-enters DRAM at its new size
+                    self.dram.remove(keys[i], evicted=False)
+                    node.fa_loc &= ~DRAM
+                md.place_checkpoint(node)
+        return end + 1
 
     def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
         """Make the reused prefix more recent than the blocks computed after it.

@@ -97,6 +97,21 @@ def test_cli_errors_name_the_flag(capsys):
     with pytest.raises(SystemExit):
         fig10.parse_args(["--model", "/nonexistent-model"])
     assert "--model /nonexistent-model" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the replay's prefill rate is measured on dram-only's first server
+        fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny"), "--configs", "hicache-file", "eviction:E2"])
+    assert "needs dram-only" in capsys.readouterr().err
+    assert fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny"), "--configs", "eviction:E2", "--no-replay"])
+
+
+def test_only_the_first_dram_only_server_measures_the_prefill_rate():
+    fig10 = _script()
+    args = fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny")])
+    into: dict = {}
+    assert fig10.prefill_probe(parse_config("dram-only"), 0, args, into) is not None
+    assert fig10.prefill_probe(parse_config("dram-only"), 1, args, into) is None
+    assert fig10.prefill_probe(parse_config("eviction:E2"), 0, args, into) is None
+    args.no_replay = True
+    assert fig10.prefill_probe(parse_config("dram-only"), 0, args, into) is None
 
 
 def test_medians_keep_the_worst_failure_count():
@@ -196,7 +211,9 @@ def test_a_hybrid_is_served_and_replayed_on_one_checkpoint_grid():
     assert flags[flags.index("--mamba-radix-cache-strategy") + 1] == "extra_buffer"
     assert int(flags[flags.index("--mamba-track-interval") + 1]) == pools.checkpoint_tokens == 64
     plan = ReplayPlan(pools, 2000.0, 8)
-    assert replay_config("eviction:E2", plan).metadata.checkpoint_tokens == 64
+    metadata = replay_config("eviction:E2", plan).metadata
+    # one state per inserted prefix on the server (extra_buffer): the replay places them so too
+    assert (metadata.checkpoint_tokens, metadata.checkpoint_placement) == (64, "prefix-end")
     assert Pools().checkpoint_tokens == 0 and "--mamba-track-interval" not in Pools().flags()
 
 

@@ -77,6 +77,24 @@ def test_replays_hybrid_model_on_tracelab_sample(tmp_path, shared_dir):
     assert r["requests"] > 0 and r["blocks_hit"] <= r["blocks_achievable"]
 
 
+def test_checkpoint_placement_flag_reaches_the_replay(tmp_path, shared_dir, capsys):
+    """prefix-end (SGLang's one state per prefix) keeps fewer checkpoints than the paper's grid: the
+    same hybrid sessions write fewer checkpoint bytes under full duplicate."""
+    trace = f"tracelab:{shared_dir / 'traces' / 'tracelab-sample' / 'round_trace.jsonl'}"
+    common = ("--trace", trace, "--model", "qwen3.5-9b", "--policy", "full-duplicate", "--checkpoint-tokens", "2048")
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "end").mkdir()
+    grid = _run(tmp_path / "grid", *common)
+    end = _run(tmp_path / "end", *common, "--checkpoint-placement", "prefix-end")
+    assert end["config"]["metadata"]["checkpoint_placement"] == "prefix-end"
+    assert end["results"][0]["requests"] == grid["results"][0]["requests"]
+    assert 0 < end["results"][0]["ssd_write_bytes"] < grid["results"][0]["ssd_write_bytes"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--trace", "synthetic", "--checkpoint-placement", "every-block", "--no-progress"])
+    assert exit_.value.code == 2
+    assert "--checkpoint-placement" in capsys.readouterr().err
+
+
 def test_baselines_lmcache_and_gds_only_run_on_the_same_workload(tmp_path):
     common = ["--trace", "synthetic:3", "--sessions", "6", "--window", "40m", "--dram-tokens", "150k",
               "--policy", "full-duplicate"]

@@ -1,0 +1,89 @@
+"""Where a hybrid model's GDN checkpoints are: on a fixed grid (the paper), or one per computed
+prefix at its last aligned block (SGLang's `extra_buffer` strategy, which the server runs)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_saria.config import MetadataConfig
+from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, SSD
+from sglang_saria.units import ConfigError
+from tests.mem_cache.helpers import make_core, run_request
+
+
+def _checkpoints(core, keys):
+    """Indices of ``keys`` whose node ends on a checkpoint."""
+    return [i for i, k in enumerate(keys) if core.metadata.nodes[k].ck_loc != NO_CHECKPOINT]
+
+
+def test_grid_places_a_checkpoint_on_every_grid_block_and_caches_the_tail():
+    core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2)
+    keys = list(range(1, 6))
+    run_request(core, keys, 0.0)
+    assert _checkpoints(core, keys) == [1, 3]
+    assert all(k in core.dram for k in keys)
+
+
+def test_prefix_end_places_one_checkpoint_at_the_last_aligned_block_and_drops_the_tail():
+    core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
+    keys = list(range(1, 6))  # 5 blocks: the last aligned one is index 3
+    run_request(core, keys, 0.0)
+    assert _checkpoints(core, keys) == [3]
+    assert core.metadata.nodes[4].ck_loc == DRAM
+    assert [k in core.dram for k in keys] == [True, True, True, True, False]  # SGLang caches up to its state
+    assert core.metadata.created_checkpoints == 1
+
+
+def test_prefix_end_a_follow_up_hits_to_the_checkpoint_and_adds_its_own():
+    core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
+    first = list(range(1, 6))
+    run_request(core, first, 0.0)
+    second = first + [6, 7, 8]  # 8 blocks: ends on a grid block
+    plan, _, _ = run_request(core, second, 1.0)
+    assert plan.n_blocks == 4 and plan.ckpt_source == DRAM  # up to the first request's state
+    assert _checkpoints(core, second) == [3, 7]
+    assert all(k in core.dram for k in second)
+
+
+def test_prefix_end_a_recomputed_span_keeps_only_its_end_state():
+    """The first request's state leaves DRAM with its block; the third recomputes the whole
+    prefix, and SGLang tracks one state for it: at its end, not where the first one was."""
+    core = make_core("none", dram_blocks=6, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
+    first = [1, 2, 3, 4]
+    run_request(core, first, 0.0)
+    run_request(core, list(range(21, 29)), 1.0)  # another session: DRAM evicts the first one's tail (its state)
+    assert 4 not in core.dram and all(k in core.dram for k in (1, 2, 3))
+    third = first + [5, 6, 7, 8]
+    plan, _, _ = run_request(core, third, 2.0)
+    assert plan.n_blocks == 0  # blocks 1-3 are resident, but no state ends there
+    assert _checkpoints(core, third) == [7]
+    assert core.metadata.nodes[4].ck_loc == NO_CHECKPOINT
+
+
+def test_prefix_end_checkpoint_on_a_resident_block_resizes_it():
+    """A block already in DRAM without a state (cached inside an earlier request's span) that a
+    shorter request ends on gets the state: it holds both objects' bytes after."""
+    core = make_core("none", dram_blocks=40, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
+    run_request(core, [1, 2, 3, 4, 5, 6], 0.0)  # the state at index 5; index 1 (key 2) is no boundary
+    tokens_before = core.dram.used_tokens
+    assert core.metadata.nodes[2].ck_loc == NO_CHECKPOINT and 2 in core.dram
+    run_request(core, [1, 2, 9], 1.0)  # a shorter prompt sharing [1, 2]: its last aligned block is key 2
+    assert core.metadata.nodes[2].ck_loc & DRAM
+    assert core.dram.size_of(2)[0] == core.block_tokens + core.ckpt_tokens
+    assert core.dram.used_tokens == tokens_before + core.ckpt_tokens
+    assert 9 not in core.dram
+
+
+def test_prefix_end_threshold_writes_carry_the_state_to_ssd():
+    core = make_core("eviction:E1", dram_blocks=3, ssd_blocks=20, hybrid=True, checkpoint_blocks=2,
+                     checkpoint_placement="prefix-end")
+    run_request(core, [1, 2, 3, 4], 0.0)
+    run_request(core, [11, 12, 13, 14], 1.0)  # pushes the first prefix out of DRAM: its state node is written
+    node = core.metadata.nodes[4]
+    assert node.ck_loc & SSD and node.fa_loc & SSD
+    assert all(core.metadata.nodes[k].fa_loc & SSD for k in (1, 2, 3))  # with its prefix (robust rule)
+
+
+def test_unknown_placement_names_the_field():
+    with pytest.raises(ConfigError, match="metadata.checkpoint_placement"):
+        MetadataConfig(block_tokens=16, checkpoint_tokens=64, checkpoint_placement="every-block").validate()
