@@ -270,15 +270,17 @@ def prepared_output_len(prepared) -> int:
     return int(args[args.index("--sharegpt-output-len") + 1])
 
 
-def replay_from_json(path: Path, work: Path) -> list[ModelRun]:
+def replay_from_json(path: Path, work: Path, weka: Path | None = None) -> list[ModelRun]:
     """Re-run only the replay side of an earlier bench's JSON (its server numbers, its measured
-    prefill rate, the same sessions rebuilt from its workload): the replay takes seconds."""
+    prefill rate, the same sessions rebuilt from its workload): the replay takes seconds.
+    ``weka``: the traces' directory here, if not where the JSON's run read them."""
     model_runs = []
     for entry in json.loads(path.read_text()):
         model = Path(entry["model"])
         w = dict(entry["workload"])
         w.pop("requests", None)
-        workload = Workload(**{**w, "sessions": tuple(w["sessions"]), "weka": Path(w["weka"]) if w["weka"] else None})
+        traces = weka or (Path(w["weka"]) if w["weka"] else None)
+        workload = Workload(**{**w, "sessions": tuple(w["sessions"]), "weka": traces})
         pools = Pools(**{k: v for k, v in entry["pools"].items() if k != "host_tokens"})
         (work / model.name).mkdir(parents=True, exist_ok=True)
         prepared = prepare(workload, work / model.name)
@@ -351,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir or private_work_dir("saria-fig10-")
     work.mkdir(parents=True, exist_ok=True)
     if args.replay_from:
-        model_runs = replay_from_json(args.replay_from, work)
+        model_runs = replay_from_json(args.replay_from, work, args.weka)
         print("\n\n".join(report(mr) for mr in model_runs))
         if args.json:
             write_json(model_runs, args.json)

@@ -187,9 +187,13 @@ class CapacityConfig:
 
     dram_tokens: int = 1_000_000
     ssd_tokens: int = 10_000_000
+    # hybrid models' DRAM: 0 = checkpoints count in dram_tokens by their bytes (the paper's token
+    # equivalents); N > 0 = FA blocks fill dram_tokens and at most N checkpoints are held besides,
+    # as SGLang's HiCache keeps GDN states in a host pool of their own (the server's replay)
+    dram_checkpoints: int = 0
 
     def validate(self, prefix: str = "capacity") -> None:
-        for name in ("dram_tokens", "ssd_tokens"):
+        for name in ("dram_tokens", "ssd_tokens", "dram_checkpoints"):
             v = getattr(self, name)
             _check(isinstance(v, int) and v >= 0, f"{prefix}.{name}", v, "must be a non-negative integer")
 

@@ -42,6 +42,8 @@ SERVER_ENV = {"SGLANG_MP_START_METHOD": "fork", "SGLANG_HICACHE_HOST_MEMORY_RESE
 # A hybrid server's GDN checkpoint spacing, tokens (as in the hybrid tests): a prefix is
 # reusable up to its last checkpoint, so a growing conversation keeps all but < 64 tokens.
 MAMBA_TRACK_INTERVAL = 64
+# A hybrid server's device state slots (`--max-mamba-cache-size`)
+MAMBA_CACHE_SIZE = 16
 
 
 class BenchError(RuntimeError):
@@ -74,6 +76,12 @@ class Pools:
     def host_tokens(self) -> int:
         return int(self.device_tokens * self.hicache_ratio)
 
+    @property
+    def host_state_slots(self) -> int:
+        """A hybrid's host pool of GDN states, besides its FA pages: SGLang sizes it the device's
+        slots x ``hicache_ratio``, plus one (`pool_host/mamba.py`: pages of one state)."""
+        return int(MAMBA_CACHE_SIZE * self.hicache_ratio) + 1 if self.hybrid else 0
+
     def validate(self) -> "Pools":
         if self.compute_threads < 0:
             raise ValueError(f"compute_threads={self.compute_threads}: must be >= 0 (0: torch's default)")
@@ -100,7 +108,7 @@ class Pools:
     def flags(self) -> list[str]:
         dtype = ["--dtype", self.dtype or ("float16" if self.hybrid else "bfloat16")]
         if self.hybrid:
-            dtype += ["--max-mamba-cache-size", "16", "--max-running-requests", "4", "--mamba-radix-cache-strategy",
+            dtype += ["--max-mamba-cache-size", str(MAMBA_CACHE_SIZE), "--max-running-requests", "4", "--mamba-radix-cache-strategy",
                       "extra_buffer", "--mamba-track-interval", str(self.checkpoint_tokens)]
         warmup = [] if self.server_warmup else ["--skip-server-warmup"]
         return ["--page-size", str(self.page_size), "--max-total-tokens", str(self.device_tokens), *dtype,

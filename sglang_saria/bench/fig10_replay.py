@@ -114,7 +114,7 @@ def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> Sar
             {"checkpoint_tokens": plan.pools.checkpoint_tokens, "checkpoint_placement": "prefix-end"}
             if plan.pools.hybrid else {})),
         promotion=PromotionConfig(mode=promotion),
-        capacity=CapacityConfig(dram_tokens=plan.pools.host_tokens,
+        capacity=CapacityConfig(dram_tokens=plan.pools.host_tokens, dram_checkpoints=plan.pools.host_state_slots,
                                 ssd_tokens=plan.unbounded_ssd_tokens if name == HICACHE_FILE else plan.pools.store_tokens),
     ).validate()
 

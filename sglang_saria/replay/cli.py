@@ -65,6 +65,9 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
                    help="grid: a GDN checkpoint every --checkpoint-tokens (the paper); prefix-end: one per computed "
                         "prefix at its last aligned block (SGLang's --mamba-radix-cache-strategy extra_buffer)")
     p.add_argument("--dram-tokens", default="1M")
+    p.add_argument("--dram-checkpoints", type=int, default=0,
+                   help="hybrid models: 0 = checkpoints count in --dram-tokens by their bytes (the paper); N = DRAM "
+                        "also holds up to N checkpoints in a pool of their own (SGLang's HiCache host pool for GDN states)")
     p.add_argument("--ssd-tokens", default="10M")
     p.add_argument("--promotion", choices=PROMOTION_MODES, default="saria")
     p.add_argument("--promotion-ratio", type=float, default=0.4)
@@ -122,6 +125,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
         capacity=CapacityConfig(
             dram_tokens=0 if args.planner == "gds-only" else parse_count(args.dram_tokens, "--dram-tokens"),
             ssd_tokens=parse_count(args.ssd_tokens, "--ssd-tokens"),
+            dram_checkpoints=args.dram_checkpoints,
         ),
     )
     return cfg.validate()

@@ -100,7 +100,8 @@ class SariaCore:
         self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
-        self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction))
+        state_slots = cfg.capacity.dram_checkpoints if self.hybrid else 0
+        self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction), state_slots)
         # the SSD victim order shared with the server's store (mem_cache/ssd_order.py)
         self.ssd_order = SSDVictimOrder(ssd_eviction)
         self.ssd = Tier(SSD, cfg.capacity.ssd_tokens, self.ssd_order)
@@ -110,6 +111,8 @@ class SariaCore:
         self.ckpt_tokens = spec.checkpoint_token_equiv
         # (tokens, bytes) of a node without / with a GDN checkpoint, indexed by bool
         self._sizes = ((bt, self.block_bytes), (bt + self.ckpt_tokens, self.block_bytes + self.ckpt_bytes))
+        # the same in DRAM: with a pool of its own for checkpoints, a checkpoint takes a slot there instead
+        self._dram_sizes = ((bt, self.block_bytes), (bt, self.block_bytes + self.ckpt_bytes)) if state_slots else self._sizes
         self.stats = CoreStats()
         self._prewrite = cfg.admission.prewrite and self.admission.uses_eviction_count
         self._prewrite_depth = cfg.admission.prewrite_depth_blocks
@@ -187,10 +190,11 @@ class SariaCore:
         acts = Actions()
         nodes = self.metadata.nodes
         dram = self.dram
-        sizes = self._sizes
+        sizes = self._dram_sizes
         decide = self.sequencer.insert if self.admission.writes_ssd else None
         view, floors = self.view, self._floors
         dram_cap = dram.capacity_tokens
+        state_pool = dram.capacity_states > 0
         self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
         cached = self._place_prefix_checkpoint(keys, n_hit) if self._checkpoint_at_prefix_end else len(keys)
@@ -201,11 +205,12 @@ class SariaCore:
             if node.fa_loc & DRAM:
                 dram.access(k)
                 continue
-            tokens, nbytes = sizes[node.ck_loc >= 0]  # _size, inline: once per computed block
+            state = node.ck_loc >= 0
+            tokens, nbytes = sizes[state]  # _dram_size, inline: once per computed block
             if tokens <= dram_cap:  # else (e.g. GDS-only) it passes from HBM straight to admission
-                if dram.used_tokens + tokens > dram_cap:
-                    self._evict_dram(tokens, acts)
-                dram.insert(k, tokens, nbytes)
+                if dram.used_tokens + tokens > dram_cap or (state and dram.states_full):
+                    self._evict_dram(tokens, acts, state)
+                dram.insert(k, tokens, nbytes, state and state_pool)
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
@@ -242,6 +247,16 @@ class SariaCore:
     def _size(self, node: ContextNode) -> tuple[int, int]:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
         return self._sizes[node.ck_loc >= 0]
+
+    def _dram_insert(self, key: int, node: ContextNode, acts: Actions) -> int:
+        """Make room for ``node`` in DRAM (write-before-reclaim) and insert it; returns its bytes."""
+        state = node.ck_loc >= 0
+        tokens, nbytes = self._dram_sizes[state]
+        dram = self.dram
+        if dram.free_tokens < tokens or (state and dram.states_full):
+            self._evict_dram(tokens, acts, state)
+        dram.insert(key, tokens, nbytes, state and dram.capacity_states > 0)
+        return nbytes
 
     def _place_prefix_checkpoint(self, keys: list[int], n_hit: int) -> int:
         """``checkpoint_placement = "prefix-end"``: the prefill of ``keys[n_hit:]`` leaves one GDN state,
@@ -336,8 +351,9 @@ class SariaCore:
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True
 
-    def _evict_dram(self, need_tokens: int, acts: Actions) -> None:
-        """Free ``need_tokens`` of DRAM from the eviction end; write-before-reclaim.
+    def _evict_dram(self, need_tokens: int, acts: Actions, need_state: bool = False) -> None:
+        """Free ``need_tokens`` of DRAM (and a state slot if ``need_state`` and DRAM has a state pool)
+        from the eviction end; write-before-reclaim.
 
         The sequencer decides with this eviction counted; the eviction is counted (``E += 1``) before
         the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim).
@@ -349,7 +365,7 @@ class SariaCore:
         max_used = dram.capacity_tokens - need_tokens  # at most this many used tokens leave room
         evicted = acts.dram_evictions
         n_before = len(evicted)
-        while dram.used_tokens > max_used and dram.used_tokens:  # entries are never 0 tokens
+        while (dram.used_tokens > max_used or (need_state and dram.states_full)) and dram.used_tokens:  # entries: > 0 tokens
             k = dram.victim()
             node = nodes[k]
             chain = None
@@ -381,7 +397,7 @@ class SariaCore:
             return
         dram = self.dram
         if self.hybrid:
-            sizes = [self._sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
+            sizes = [self._dram_sizes[nodes[k].ck_loc >= 0][0] for k in candidates]
         else:  # no node carries a checkpoint
             sizes = [self.block_tokens] * len(candidates)
         # DRAM's eviction end, read lazily (promotion's rule decides, as for SGLang's host leaves)
@@ -389,10 +405,7 @@ class SariaCore:
         n = self.promotion.promotion_set(now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head, self.robust)
         for k in reversed(candidates[:n]):  # deepest first, as everywhere (head most recent)
             node = nodes[k]
-            tokens, nbytes = self._size(node)
-            if self.dram.free_tokens < tokens:
-                self._evict_dram(tokens, acts)
-            self.dram.insert(k, tokens, nbytes)
+            nbytes = self._dram_insert(k, node, acts)
             node.fa_loc |= DRAM
             if node.ck_loc >= 0:
                 node.ck_loc |= DRAM

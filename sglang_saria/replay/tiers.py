@@ -19,9 +19,11 @@ TIER_NAMES = {DRAM: "dram", SSD: "ssd"}
 class Tier:
     """One storage tier holding context nodes, measured in FA token equivalents."""
 
-    def __init__(self, tier_id: int, capacity_tokens: int, eviction: EvictionPolicy | None = None) -> None:
-        if capacity_tokens < 0:
-            raise ValueError(f"{TIER_NAMES.get(tier_id, tier_id)} capacity_tokens={capacity_tokens} must be >= 0")
+    def __init__(self, tier_id: int, capacity_tokens: int, eviction: EvictionPolicy | None = None,
+                 capacity_states: int = 0) -> None:
+        if capacity_tokens < 0 or capacity_states < 0:
+            raise ValueError(f"{TIER_NAMES.get(tier_id, tier_id)} capacity_tokens={capacity_tokens}, "
+                             f"capacity_states={capacity_states}: must be >= 0")
         self.tier_id = tier_id
         self.name = TIER_NAMES.get(tier_id, str(tier_id))
         self.capacity_tokens = capacity_tokens
@@ -31,6 +33,9 @@ class Tier:
         self.victim: Callable[[], int] = self.eviction.victim  # the next key to evict (the tier must be non-empty)
         self._entries: dict[int, tuple[int, int]] = {}  # key -> (tokens, bytes)
         self._unread: dict[int, int] = {}  # written and not read since (bytes), for writes-never-read
+        # a pool of its own for GDN states (0: none; they count in the tokens): keys holding one
+        self.capacity_states = capacity_states
+        self._states: set[int] = set()
         self.bytes_written = 0
         self.bytes_read = 0
         self.bytes_written_then_read = 0
@@ -49,14 +54,24 @@ class Tier:
     def size_of(self, key: int) -> tuple[int, int]:
         return self._entries[key]
 
-    def insert(self, key: int, tokens: int, nbytes: int) -> None:
-        """Make ``key`` resident (caller has made room); counts ``nbytes`` as written."""
+    @property
+    def states_full(self) -> bool:
+        """The state pool (if any) has no free slot."""
+        return 0 < self.capacity_states <= len(self._states)
+
+    def insert(self, key: int, tokens: int, nbytes: int, state: bool = False) -> None:
+        """Make ``key`` resident (caller has made room); counts ``nbytes`` as written. ``state``: it
+        takes a slot of the state pool (the tier must have one)."""
         entries = self._entries
         if key in entries:
             raise KeyError(f"{self.name}: key {key} already resident")
         used = self.used_tokens + tokens
         if used > self.capacity_tokens:
             raise ValueError(f"{self.name}: inserting {tokens} tokens exceeds free {self.free_tokens}")
+        if state:
+            if not self.capacity_states or self.states_full:
+                raise ValueError(f"{self.name}: no free state slot of {self.capacity_states}")
+            self._states.add(key)
         entries[key] = (tokens, nbytes)
         self.used_tokens = used
         self.eviction.insert(key)
@@ -65,6 +80,7 @@ class Tier:
 
     def remove(self, key: int, evicted: bool = True) -> None:
         self.used_tokens -= self._entries.pop(key)[0]
+        self._states.discard(key)
         self.eviction.remove(key)
         self._unread.pop(key, None)
         if evicted:

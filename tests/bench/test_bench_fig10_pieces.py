@@ -5,7 +5,6 @@ medians, ratios and tables, and the replay's view of the server's workload."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import math
 import sys
@@ -36,17 +35,9 @@ from sglang_saria.bench.fig10_replay import (
     turn_token_ids,
     ReplayPlan,
 )
+from tests.bench_fig10_script import load_bench_fig10
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("bench_fig10", REPO / "scripts" / "bench_fig10.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fig10"] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 def _run(name: str, ssd: float, ttft: float, p90: float | None = None, failed: int = 0) -> RunResult:
     return RunResult(name, 10, failed, ssd, 100, 200, 50, ttft, p90 if p90 is not None else 2 * ttft)
@@ -72,14 +63,14 @@ def test_bad_config_names_are_refused_naming_the_flag(bad):
 
 
 def test_budget_and_auto_run_after_e2_and_budget_takes_the_dwpd():
-    fig10 = _script()
+    fig10 = load_bench_fig10()
     names = [c.name for c in fig10.build_configs(list(fig10.CONFIGS), 0.25)]
     assert names[:5] == ["dram-only", "hicache-file", "full-duplicate", "eviction:E2", "eviction:E3"]
     assert set(names[5:]) == {"budget:0.25", "auto"}
 
 
 def test_binding_dwpd_is_half_of_e2_writes_over_capacity():
-    fig10 = _script()
+    fig10 = load_bench_fig10()
     pools = Pools(store_tokens=1000)
     dwpd, why = fig10.binding_dwpd({"eviction:E2": [_run("eviction:E2", 100_000, 1)]}, pools, kv_bytes_per_token=100)
     assert dwpd == pytest.approx(0.5) and "eviction:E2" in why
@@ -90,7 +81,7 @@ def test_binding_dwpd_is_half_of_e2_writes_over_capacity():
 
 
 def test_cli_errors_name_the_flag(capsys):
-    fig10 = _script()
+    fig10 = load_bench_fig10()
     with pytest.raises(SystemExit):
         fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny"), "--repeats", "0"])
     assert "--repeats 0" in capsys.readouterr().err
@@ -104,7 +95,7 @@ def test_cli_errors_name_the_flag(capsys):
 
 
 def test_only_the_first_dram_only_server_measures_the_prefill_rate():
-    fig10 = _script()
+    fig10 = load_bench_fig10()
     args = fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny")])
     into: dict = {}
     assert fig10.prefill_probe(parse_config("dram-only"), 0, args, into) is not None
@@ -214,6 +205,10 @@ def test_a_hybrid_is_served_and_replayed_on_one_checkpoint_grid():
     metadata = replay_config("eviction:E2", plan).metadata
     # one state per inserted prefix on the server (extra_buffer): the replay places them so too
     assert (metadata.checkpoint_tokens, metadata.checkpoint_placement) == (64, "prefix-end")
+    # its states in a host pool of their own: device slots x --hicache-ratio, plus one (SGLang's sizing)
+    assert int(flags[flags.index("--max-mamba-cache-size") + 1]) * 2 + 1 == pools.host_state_slots == 33
+    assert replay_config("eviction:E2", plan).capacity.dram_checkpoints == 33
+    assert Pools().host_state_slots == 0
     assert Pools().checkpoint_tokens == 0 and "--mamba-track-interval" not in Pools().flags()
 
 

@@ -8,31 +8,21 @@ tables are rendered from."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.bench_fig10_script import load_bench_fig10
+
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("bench_fig10", REPO / "scripts" / "bench_fig10.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_fig10"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
 def bench(tiny_model, tmp_path_factory) -> tuple[int, list[dict], Path]:
     work = tmp_path_factory.mktemp("fig10")
     out = work / "fig10.json"
-    code = _script().main([
+    code = load_bench_fig10().main([
         "--model", str(tiny_model), "--repeats", "1", "--sessions", "3", "--turns", "4",
         "--configs", "dram-only", "hicache-file", "eviction:E2",
         "--json", str(out), "--plot", str(work / "fig10.png"), "--work-dir", str(work / "runs"),

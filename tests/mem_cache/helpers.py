@@ -17,7 +17,7 @@ HYBRID_SPEC = ModelSpec(
 def make_core(policy: str = "eviction:E2", dram_blocks: int = 4, ssd_blocks: int = 8, *, hybrid: bool = False,
               checkpoint_blocks: int = 2, prewrite: bool = False, promotion: str = "zero", ratio: float = 0.4,
               p_tau: float = 60.0, planner: str = "saria", window_s: float = 1000.0, bw=(48.0, 20.0, 48.0),
-              rule: str = "robust", checkpoint_placement: str = "grid") -> SariaCore:
+              rule: str = "robust", checkpoint_placement: str = "grid", dram_checkpoints: int = 0) -> SariaCore:
     spec = HYBRID_SPEC if hybrid else FA_SPEC
     per_block = BT + (spec.checkpoint_token_equiv if hybrid else 0)  # capacity in "blocks" for hand counting
     cfg = SariaConfig.from_dict(
@@ -29,7 +29,7 @@ def make_core(policy: str = "eviction:E2", dram_blocks: int = 4, ssd_blocks: int
             "bandwidth": {"ingress_gbps": bw[0], "gds_gbps": bw[1], "dram_gbps": bw[2]},
             "transfer": {"planner": planner},
             "capacity": {"dram_tokens": dram_blocks * (BT if not hybrid else per_block),
-                         "ssd_tokens": ssd_blocks * (BT if not hybrid else per_block)},
+                         "ssd_tokens": ssd_blocks * (BT if not hybrid else per_block), "dram_checkpoints": dram_checkpoints},
         },
         source="test",
     )

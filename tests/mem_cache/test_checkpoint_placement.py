@@ -1,5 +1,7 @@
 """Where a hybrid model's GDN checkpoints are: on a fixed grid (the paper), or one per computed
-prefix at its last aligned block (SGLang's `extra_buffer` strategy, which the server runs)."""
+prefix at its last aligned block (SGLang's `extra_buffer` strategy, which the server runs); and
+what they take in DRAM: token equivalents (the paper), or a slot of a state pool of their own
+(SGLang's host pool for GDN states)."""
 
 from __future__ import annotations
 
@@ -87,3 +89,23 @@ def test_prefix_end_threshold_writes_carry_the_state_to_ssd():
 def test_unknown_placement_names_the_field():
     with pytest.raises(ConfigError, match="metadata.checkpoint_placement"):
         MetadataConfig(block_tokens=16, checkpoint_tokens=64, checkpoint_placement="every-block").validate()
+
+
+def test_a_dram_state_pool_holds_checkpoints_apart_from_fa_blocks():
+    """One state slot: FA blocks take only their tokens, and a second checkpoint evicts from the
+    LRU end until the first one's slot is free, although tokens are left."""
+    core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end",
+                     dram_checkpoints=1)
+    run_request(core, [1, 2, 3, 4], 0.0)
+    assert core.dram.used_tokens == 4 * core.block_tokens  # the checkpoint takes a slot, not tokens
+    assert core.dram.states_full
+    run_request(core, [11, 12, 13, 14], 1.0)  # another session's state: the first one's must go
+    assert core.metadata.nodes[14].ck_loc & DRAM and not core.metadata.nodes[4].ck_loc & DRAM
+    assert 4 not in core.dram and all(k in core.dram for k in (1, 2, 3))  # its tail went first, as LRU says
+    assert core.dram.used_tokens == 7 * core.block_tokens
+
+
+def test_without_a_state_pool_a_checkpoint_counts_in_dram_tokens():
+    core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
+    run_request(core, [1, 2, 3, 4], 0.0)
+    assert core.dram.used_tokens == 4 * core.block_tokens + core.ckpt_tokens

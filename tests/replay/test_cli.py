@@ -34,7 +34,7 @@ def test_json_has_exactly_the_documented_shape(tmp_path, capsys):
     assert none["request_set"] == fd["request_set"] == e2["request_set"]  # one comparison, the same requests
     assert none["ssd_write_bytes"] == 0 and fd["ssd_write_bytes"] >= e2["ssd_write_bytes"]
     assert fd["char"] >= none["char"]
-    assert d["config"]["capacity"] == {"dram_tokens": 200_000, "ssd_tokens": 2_000_000}
+    assert d["config"]["capacity"] == {"dram_tokens": 200_000, "ssd_tokens": 2_000_000, "dram_checkpoints": 0}
     assert d["config"]["window_s"] == 2400.0
     table = capsys.readouterr().out
     assert "full-duplicate" in table and "CHAR" in table
@@ -85,14 +85,17 @@ def test_checkpoint_placement_flag_reaches_the_replay(tmp_path, shared_dir, caps
     (tmp_path / "grid").mkdir()
     (tmp_path / "end").mkdir()
     grid = _run(tmp_path / "grid", *common)
-    end = _run(tmp_path / "end", *common, "--checkpoint-placement", "prefix-end")
+    end = _run(tmp_path / "end", *common, "--checkpoint-placement", "prefix-end", "--dram-checkpoints", "8")
     assert end["config"]["metadata"]["checkpoint_placement"] == "prefix-end"
+    assert end["config"]["capacity"]["dram_checkpoints"] == 8
     assert end["results"][0]["requests"] == grid["results"][0]["requests"]
     assert 0 < end["results"][0]["ssd_write_bytes"] < grid["results"][0]["ssd_write_bytes"]
     with pytest.raises(SystemExit) as exit_:
         main(["--trace", "synthetic", "--checkpoint-placement", "every-block", "--no-progress"])
     assert exit_.value.code == 2
     assert "--checkpoint-placement" in capsys.readouterr().err
+    assert main(["--trace", "synthetic", "--dram-checkpoints", "-1", "--no-progress"]) == 2
+    assert "capacity.dram_checkpoints" in capsys.readouterr().err
 
 
 def test_baselines_lmcache_and_gds_only_run_on_the_same_workload(tmp_path):

@@ -37,6 +37,20 @@ def test_tier_accounting_and_writes_never_read():
     assert t.used_tokens == 10 and t.evictions == 1 and t.writes_never_read_frac == 0.5
 
 
+def test_a_state_pool_counts_slots_apart_from_tokens():
+    t = Tier(DRAM, 30, capacity_states=1)
+    t.insert(1, 10, 100, state=True)
+    assert t.states_full and t.used_tokens == 10
+    with pytest.raises(ValueError, match="no free state slot"):
+        t.insert(2, 10, 100, state=True)
+    t.insert(2, 10, 100)  # an FA block alone needs no slot
+    t.remove(1)
+    assert not t.states_full and t.used_tokens == 10
+    with pytest.raises(ValueError, match="no free state slot of 0"):
+        Tier(DRAM, 30).insert(1, 10, 100, state=True)  # no pool: states count in the tokens
+    assert not Tier(DRAM, 30).states_full
+
+
 def test_zero_capacity_ssd_never_receives_writes():
     core = make_core("full-duplicate", ssd_blocks=0)
     _, _, acts = run_request(core, [1, 2], 0.0)
