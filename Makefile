@@ -24,7 +24,7 @@ demo: models
 # Three pytest-xdist workers, one test file at a time each (a file's servers start once): a
 # server test leaves part of the 2-core machine idle (process startup, waits for the store, kill
 # and restart loops), so a third worker fills those gaps (tests/conftest.py lowers SGLang's host
-# memory reserve so three workers' servers fit, patch 015).
+# memory reserve so three workers' servers fit, rig patch 015).
 TEST_WORKERS ?= 3
 
 # `make test` leaves out the long server loops (marker slow: kill/restart loops, tp2, the ported
@@ -39,8 +39,8 @@ test-slow: models
 test-fast: models  # everything but the real-server (e2e) tests
 	@$(PY) -m pytest tests -q -n $(TEST_WORKERS) --dist loadfile -m "not e2e"
 
-check-patches: setup
-	@$(PY) scripts/apply_patches.py --check
+check-patches: setup  # the CPU rig's SGLang patches still apply (rig/README.md)
+	@$(PY) -m saria_cpu_rig.apply_patches --check
 
 clean:
 	rm -rf .venv models .pytest_cache

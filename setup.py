@@ -1,4 +1,7 @@
-"""sglang-saria: an SGLang 0.5.23 HiCache extension (storage backend `saria`) plus replay tools."""
+"""sglang-saria: an SGLang 0.5.23 HiCache extension (storage backend `saria`) plus replay tools.
+
+Installed next to a stock `sglang==0.5.23`, it registers itself through SGLang's plugin entry
+point (`sglang.srt.plugins`); no SGLang file is edited."""
 
 from setuptools import find_packages, setup
 
@@ -14,6 +17,7 @@ setup(
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
             "saria-plan=sglang_saria.replay.planning.cli:main",
-        ]
+        ],
+        "sglang.srt.plugins": ["saria = sglang_saria.plugin:register"],
     },
 )

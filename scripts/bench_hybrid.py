@@ -2,7 +2,7 @@
 """Prefill throughput of the tiny hybrid (GDN + full attention) model on CPU against the
 tiny full-attention model, both through a real SGLang server in the same run.
 
-Why: the hybrid path runs the pure-torch GDN ops (patches 020-022) on CPU; this checks
+Why: the hybrid path runs the pure-torch GDN ops (the CPU rig's patches 020-022) on CPU; this checks
 that it stays within a small factor of the full-attention path (target: 3x) so CPU
 end-to-end tests of hybrid checkpoints remain practical.
 

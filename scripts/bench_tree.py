@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Radix-tree hot path: SGLang's Python TreeCore (used with `saria`) against its Rust TreeCore.
 
-With `--hicache-storage-backend saria`, patch 005 selects the Python TreeCore because the
-admission hooks live in it. This benchmark measures what that costs. Both cores are built
+With `--hicache-storage-backend saria`, `SariaRadixCache` selects the Python TreeCore (its subclass
+`hicache/tree_core.py` holds the host eviction gate). This benchmark measures what that costs. Both cores are built
 the way SGLang builds them for a FULL-attention model (``UnifiedRadixCache`` over a real
 token pool, no server) and driven through the same agent-like workload:
 

@@ -20,10 +20,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Small stores in tmp dirs (storage, reload and hicache tests alike).
 pytest_plugins = ["tests.store_fixtures"]
 # The suite's servers hold a few KiB of host pool each; SGLang's 10 GiB free-memory reserve
-# (patch 015) would refuse a server while the other pytest workers' servers run.
+# (CPU rig patch 015) would refuse a server while the other pytest workers' servers run.
 os.environ.setdefault("SGLANG_HICACHE_HOST_MEMORY_RESERVE_GB", "1")
 # The suite's servers run on CPU: their scheduler and detokenizer fork from the launched server
-# instead of importing SGLang again (patch 016; 24 s per start instead of 39 s, measured idle).
+# instead of importing SGLang again (CPU rig patch 016; 24 s per start instead of 39 s, measured idle).
 os.environ.setdefault("SGLANG_MP_START_METHOD", "fork")
 
 # Small pools so a few 300-token requests push a prefix out of the device (512 tokens)

@@ -33,9 +33,9 @@ from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, free_po
 DRAM_ONLY = "dram-only"
 HICACHE_FILE = "hicache-file"
 STOCK = (DRAM_ONLY, HICACHE_FILE)
-# Server environment: the scheduler forks instead of re-importing SGLang (patch 016: a start
+# Server environment: the scheduler forks instead of re-importing SGLang (CPU rig patch 016: a start
 # takes 24 s instead of 39 s on 2 cores), and the host pool's 10 GiB free-memory reserve
-# (patch 015) is 1 GiB, as in the tests: the pools here are a few MiB.
+# (CPU rig patch 015) is 1 GiB, as in the tests: the pools here are a few MiB.
 SERVER_ENV = {"SGLANG_MP_START_METHOD": "fork", "SGLANG_HICACHE_HOST_MEMORY_RESERVE_GB": "1"}
 
 

@@ -110,7 +110,7 @@ def rated_auto(config: SariaConfig, rating: Optional[DriveRating]) -> SariaConfi
 
 def check_extra_config(raw: Optional[str]) -> None:
     """Validate `--hicache-storage-backend-extra-config` while SGLang checks its arguments
-    (patch 008): a bad value stops the launch in seconds, naming the field, instead of
+    (plugin hook after `handle_hicache`): a bad value stops the launch in seconds, naming the field, instead of
     after the model has loaded. SGLang's own parser reads the JSON or @file and takes its
     keys (prefetch_threshold, ...) out, exactly as HiCache does before building the backend.
     The store's paths and capacity are checked here too, before anything loads
@@ -195,7 +195,7 @@ class SariaStorage(HiCacheStorage):
         if self.store is None:
             view = self._views[PoolName.KV.value]
             self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
-        # The radix cache (patch 005) asks this policy instead of writing every host page through.
+        # The radix cache (`SariaRadixCache`) asks this policy instead of writing every host page through.
         self.policy = SariaHiCachePolicy(
             self.policy_config,
             int(mem_pool_host.page_size),

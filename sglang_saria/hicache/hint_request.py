@@ -63,13 +63,13 @@ def parse_hint(raw: Any, field: str = FIELD) -> AgentHint:
 
 
 def validate_field(raw: Any) -> Optional[dict[str, Any]]:
-    """The request model's ``saria`` field (patch 014): the hint's normalized parameters, or None."""
+    """The request model's ``saria`` field (`plugin/requests.py`): the hint's normalized parameters, or None."""
     return None if raw is None else parse_hint(raw).to_params()
 
 
 def attach_hint(sampling_params: dict[str, Any], params: Optional[dict[str, Any]]) -> None:
     """Put a validated hint (``validate_field``'s output) into a request's sampling parameters
-    for the scheduler (patch 014)."""
+    for the scheduler (`plugin/requests.py`)."""
     if params is not None:
         sampling_params["custom_params"] = {**(sampling_params.get("custom_params") or {}), HINT_KEY: params}
 

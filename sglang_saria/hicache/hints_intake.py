@@ -1,6 +1,6 @@
 """Agents' hints inside SGLang (issue 26): a released request's hint becomes hints on its pages.
 
-A chat request's ``"saria"`` hint (``hint_request.py``, patch 014) reaches the scheduler in its
+A chat request's ``"saria"`` hint (``hint_request.py``, ``plugin/requests.py``) reaches the scheduler in its
 ``custom_params``. When SGLang releases the request after putting its KV in the tree
 (``on_release`` after ``checkpoint``: the prompt and the output, page-aligned), the pages of its
 path from the root are the request's pages:

@@ -1,16 +1,17 @@
-"""The load signal of ``auto`` admission inside SGLang (issue 26): seconds of prefill queued now.
+"""The load signal of ``auto`` admission inside SGLang: seconds of prefill queued now.
 
 ``auto`` (``mem_cache/auto.py``) writes a block at its first DRAM eviction while recomputing it
 would queue behind other work, at its second otherwise. The replay's signal is its modelled GPU's
-backlog; here it is read from what SGLang's scheduler already keeps (patch 013), once per
-scheduler step, with no pass over the waiting queue:
+backlog of prefill that will really be computed; here it is the same quantity, read once per
+scheduler step from SGLang's ``SchedulerLoadInquirer`` (handed over by the plugin hook on
+``Scheduler.init_load_inquirer``):
 
-- **queued tokens**: 0 when the waiting queue is empty and no request is being chunked
-  (``len``, ``chunked_req``: O(1)); otherwise the tokens the scheduler counted waiting behind its
-  last prefill batch (``PrefillStats.num_pending_tokens``, its ``#pending-token`` log field:
-  waiting requests' lengths plus the chunked request's rest). That count includes a waiting
-  request's cached prefix (an upper bound of the work), and is as old as the last prefill batch
-  (a queue that grows while no batch can be built keeps the last count);
+- **queued tokens**: 0 when the waiting queue is empty and no request is being chunked (O(1));
+  otherwise ``get_num_waiting_uncached_tokens()``, SGLang's own estimate of the input tokens
+  waiting for prefill compute: each waiting request's length less its matched prefix and its
+  storage span, plus the chunked request's rest (cached prefixes are not work: an agent prompt
+  that is 90 % cached counts its 10 %). One pass over the waiting queue, as SGLang's load
+  reports make;
 - **prefill rate**: the scheduler's own throughput, ``total_prefill_uncached_tokens`` over
   ``total_prefill_busy_us`` (cumulative counters it keeps for its load reports), smoothed over the
   last ``RATE_WINDOW_S`` seconds of prefill; ``admission.auto_prefill_tps`` until a prefill step
@@ -63,30 +64,24 @@ class SchedulerLoad:
     def __init__(self, inquirer: Any) -> None:
         self.inquirer = inquirer
         self.rate = PrefillRate()
-        self.pending_tokens = 0  # waiting behind the last prefill batch (the scheduler's count)
 
     def backlog_s(self, fallback_tps: float) -> float:
         q = self.inquirer
         self.rate.update(q.get_total_prefill_uncached_tokens(), q.get_total_prefill_busy_us())
         if not q.get_waiting_queue() and q.get_chunked_req() is None:
             return 0.0
-        return self.pending_tokens / self.rate.tps(fallback_tps)
+        return q.get_num_waiting_uncached_tokens() / self.rate.tps(fallback_tps)
 
 
 class LoadSignalMixin:
-    """`SariaRadixCache`'s side of patch 013 (uses its ``_policy()`` and ``_agreement``): keeps the
-    scheduler's load and feeds ``auto`` each step, before HiCache's events make decisions."""
+    """`SariaRadixCache`'s load signal (uses its ``_policy()`` and ``_agreement``): keeps the
+    scheduler's load inquirer and feeds ``auto`` each step, before HiCache's events make decisions."""
 
     _scheduler_load: Optional[SchedulerLoad] = None
 
     def read_scheduler_load(self, inquirer: Any) -> None:
-        """Patch 013, once at scheduler start."""
+        """Once at scheduler start (plugin hook after ``Scheduler.init_load_inquirer``)."""
         self._scheduler_load = SchedulerLoad(inquirer)
-
-    def note_prefill_batch(self, pending_tokens: int) -> None:
-        """Patch 013, at each new prefill batch: the tokens left waiting behind it."""
-        if self._scheduler_load is not None:
-            self._scheduler_load.pending_tokens = pending_tokens
 
     def check_hicache_events(self) -> None:
         self._feed_load()
@@ -94,7 +89,7 @@ class LoadSignalMixin:
 
     def _feed_load(self) -> None:
         load = self._scheduler_load
-        if load is None:  # before patch 013 handed the scheduler's load over
+        if load is None:  # before the scheduler handed its load inquirer over
             return
         policy = self._policy()  # type: ignore[attr-defined]
         if policy is None or not isinstance(policy.admission, AutoAdmission):

@@ -1,7 +1,7 @@
 """SGLang glue: persistence-aware SSD admission (paper 4.2) inside HiCache's radix tree.
 
 SGLang's HiCache writes every page that reaches host memory to storage ("full
-duplicate"). With the `saria` backend, patch 005 asks this policy instead at four
+duplicate"). With the `saria` backend, `SariaRadixCache` asks this policy instead at four
 points of `UnifiedRadixCache`, and writes the tree nodes it names:
 
 - a request matched cached pages (once per request): `R += 1`, and a node whose `R`

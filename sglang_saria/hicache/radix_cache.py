@@ -1,7 +1,7 @@
 """SGLang's radix cache with Saria's reload path (paper 4.3-4.5), for `--hicache-storage-backend saria`.
 
 HiCache stages a storage hit through host memory: prefetch into the host pool, insert
-as host nodes, then load host -> device. `SariaRadixCache` (chosen by patch 006) reads SSD
+as host nodes, then load host -> device. `SariaRadixCache` (chosen by the plugin hook on `create_unified_radix_cache`) reads SSD
 hits of full-attention and GDN hybrid models straight into the device pools instead:
 
 - arrival (`prefetch_from_storage`, where HiCache starts its storage prefetch): beyond
@@ -29,7 +29,7 @@ the state lands in a reserved mamba slot with the last FA chunk and becomes the 
 node's value; README.md ("Hybrid trees in the direct reload") says how.
 
 Everything else (admission at host eviction, write-before-reclaim, prewrite) is the
-policy's (`policy.py`, patch 005) and unchanged. With several attention ranks this
+policy's (`policy.py`, at this class's write points and the tree core's gate) and unchanged. With several attention ranks this
 class gives the policy rank-agreed inputs (`rank_agreement.py`: an SSD view and a
 step clock, agreed at each `check_hicache_events`) and times reload deadlines by that clock,
 so every decision that changes the tree is the same on every rank.
@@ -75,6 +75,7 @@ from sglang_saria.hicache.rank_agreement import RankAgreement, attention_groups,
 from sglang_saria.hicache.reload_setup import DirectReload, WorkerHooks, build_direct_reload
 from sglang_saria.hicache.reload_report import audit_reload, report_reload
 from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
+from sglang_saria.hicache.tree_core import NAME as SARIA_TREE_CORE
 from sglang_saria.hicache.unit_eviction import evict_host_units
 from sglang_saria.reload.pending import PendingReload, PendingReloads, reload_job
 from sglang_saria.reload.worker import ReloadJob
@@ -87,7 +88,9 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
     read by a worker thread while the request waits in the queue."""
 
     def __init__(self, params: Any) -> None:
+        params.tree_core_backend = SARIA_TREE_CORE  # the Python core with a host eviction gate
         super().__init__(params)
+        self.tree_core.host_eviction_gate = self._host_eviction_gate
         self._metrics = SariaServingMetrics.get()
         self._reloads = PendingReloads(self, self._metrics, self.page_size)
         self._published: dict[str, int] = {}  # request id -> end of its reloaded prefix
@@ -167,12 +170,31 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         on several ranks, the monotonic clock on one."""
         return self._agreement.clock() if self._agreement is not None else time.monotonic()
 
+    # ------------------------------------------------------------------ admission: the cache's write points
     def write_backup_storage(self, node_id: NodeId) -> None:
+        """HiCache's write-through of a node just backed up to host memory: written to storage
+        only if the policy admits it on insert, with the unwritten prefix its write closes over
+        (without a saria policy: every node, as HiCache does)."""
+        policy = self._policy()
+        for write_id in [node_id] if policy is None else policy.on_host_insert(self.tree_core, node_id):
+            self._write_to_storage(write_id)
+
+    def _write_to_storage(self, node_id: NodeId) -> None:
         # Every storage write the tree issues (the same on every rank) is pending in the
         # agreed SSD view until every rank's store holds it.
         if self._agreement is not None:
             self._agreement.requested(self.tree_core.get_hash_values(node_id) or [])
         super().write_backup_storage(node_id)
+
+    def _finish_write_through_ack(self, ack_id: int) -> None:
+        """After a write-through: prewrite the host leaves next in line for eviction that would
+        qualify then, so their writes start before the eviction needs the space."""
+        super()._finish_write_through_ack(ack_id)
+        policy = self._policy() if self.enable_storage else None
+        if policy is not None:
+            for node in policy.prewrite_candidates(self.tree_core.evictable_host_leaves,
+                                                   self.tree_core.eviction_strategy.get_priority):
+                self._write_to_storage(node.id)
 
     # ------------------------------------------------------------------ arrival: probe, plan, track
     def query_storage_hit_length(self, *args: Any, **kwargs: Any) -> int:
@@ -367,8 +389,9 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # The mamba slots reloads in flight hold for their checkpoints (owned by no node yet).
         return super().mamba_protected_size() + self._reload_tokens("inflight_states")
 
-    def _saria_host_eviction_gate(self, node: Any) -> bool:
-        """Write-before-reclaim per page (paper 4.2): a full-attention host leaf whose deepest
+    def _host_eviction_gate(self, node: Any) -> bool:
+        """The tree core's host eviction gate (`tree_core.py`): True reclaims ``node`` now, False
+        keeps it while it is written to storage first. Write-before-reclaim per page (paper 4.2): a full-attention host leaf whose deepest
         admitted page is not its last (`SariaHiCachePolicy.admitted_prefix_pages`) is split
         there first. The suffix is reclaimed now (dropped, as the policy decides for it); the
         prefix becomes a host leaf of its own, asked next by the same eviction, and is written
@@ -381,7 +404,12 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
                 if action is not None:
                     self._apply_cache_actions([action])
                 self._metrics.host_leaf_split()
-        return super()._saria_host_eviction_gate(node)
+        if policy is None:
+            return True
+        reclaim, writes = policy.on_host_evict(node)
+        for node_id in writes:
+            self._write_to_storage(node_id)
+        return reclaim
 
     def evict_host(self, num_tokens: int, component_type: ComponentType = ComponentType.FULL) -> int:
         # State space under the policy: whole host units (FA pages + state) through the gate.
@@ -459,10 +487,16 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         report_reload(self._metrics, pending, dram_tokens, ssd_tokens)
 
     def _finalize_match_result(self, params: MatchPrefixParams, result: MatchResult) -> MatchResult:
-        """The match right after a publish (the scheduler's, for the same request): the
+        """A request's prefix match: the policy counts its reuse (threshold writes), and the
+        match right after a publish (the scheduler's, for the same request): the
         request's own insert after prefill must not count the reloaded nodes as a reuse
         (that would fire HiCache's write-through of every reloaded page, bypassing lazy
         partial promotion)."""
+        policy = self._policy()
+        if policy is not None and params.req is not None:
+            # The request's reuse counts once; nodes whose reuse count reached theta_R are written.
+            for node_id in policy.on_request_match(params.req.rid, self.tree_core, result.last_host_node):
+                self._write_to_storage(node_id)
         result = super()._finalize_match_result(params, result)
         req = params.req
         if req is not None and self._published:

@@ -96,7 +96,7 @@ def report_staging(nbytes: int, device: str, state_bytes: int = 0) -> None:
         return
     logger.warning(
         "saria: direct reload staging %s on %s, but the KV sizing reserved %s: it comes out of the "
-        "runtime slack (1 - mem_fraction_static); is patch 009 applied?",
+        "runtime slack (1 - mem_fraction_static); is the sglang-saria plugin loaded (SGLANG_PLUGINS)?",
         what,
         device,
         "nothing" if reserved is None else f"{reserved} bytes",

@@ -1,4 +1,4 @@
-"""Whether `saria` may be attached at run time (`PUT /hicache/storage-backend`, patch 012).
+"""Whether `saria` may be attached at run time (`PUT /hicache/storage-backend`, plugin hook in `plugin/storage.py`).
 
 Saria's admission hooks need the Python tree core and its direct reload needs
 `SariaRadixCache`; SGLang picks both when it builds the tree, from the launch-time

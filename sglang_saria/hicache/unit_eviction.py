@@ -8,8 +8,8 @@ counters, as the core's DRAM tier holds it: the admission policy decides on it (
 write starts only at a node holding its checkpoint), and a reload plan ends on it. So with the
 saria backend, ``SariaRadixCache.evict_host`` frees state space here instead: host leaves go
 whole (FA pages and state), in the order FULL host eviction takes them
-(``FullComponent.drive_host_eviction``), each through the tree's ``host_eviction_gate``
-(patch 005): a leaf the policy admits is written before its reclaim, and each reclaim counts one
+(``FullComponent.drive_host_eviction``), each through the tree core's ``host_eviction_gate``
+(`tree_core.py`): a leaf the policy admits is written before its reclaim, and each reclaim counts one
 eviction of the node (``E += 1``) for both objects. An evicted leaf's parent joins the order
 once it is a host leaf, so a state on an internal node leaves with its FA pages when its
 subtree has left host memory, never before.
@@ -31,22 +31,19 @@ from sglang.srt.mem_cache.unified_cache.unified_tree_core_interface import Drive
 
 
 def evict_host_units(tree_core: Any, num_tokens: int) -> DriveHostEvictionResult:
-    """Free ``num_tokens`` of host state space by FULL's host-leaf walk (same order, same gate);
+    """Free ``num_tokens`` of host state space by FULL's host-leaf walk (same order; the tree core's host eviction gate asks the policy);
     the caller drains the result (``UnifiedRadixCache._apply_eviction_result``)."""
     result = DriveHostEvictionResult()
     full = tree_core.components_by_type[ComponentType.FULL]
     full._ensure_eviction_strategy()
     priority = full.session_ref_eviction_strategy
     leaves = tree_core.evictable_host_leaves
-    gate = getattr(tree_core, "host_eviction_gate", None)
     heap = [(priority(n), n) for n in leaves]
     heapq.heapify(heap)
     while result.tracker[ComponentType.MAMBA] < num_tokens and heap:
         _, node = heapq.heappop(heap)
         if node not in leaves:
             continue
-        if gate is not None and not gate(node):
-            continue  # written to storage before its host copy is reclaimed
         parent = node.parent
         tree_core._evict_host_leaf(node, result.tracker, result.device_frees, result.host_frees,
                                    cache_actions=result.cache_actions)

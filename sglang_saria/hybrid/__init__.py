@@ -1,1 +1,1 @@
-"""Hybrid-model support: GDN checkpoints on CPU (torch GDN ops, CPU routing, tiny hybrid config); the gather is in `kernels/gather.py`."""
+"""Hybrid (full attention + GDN) model support: the tiny hybrid config for tests and benchmarks; the GDN gather is in `kernels/gather.py`."""

@@ -1,4 +1,4 @@
-"""What can be checked about a store before SGLang loads the model (patch 008's launch check).
+"""What can be checked about a store before SGLang loads the model (the plugin's launch check).
 
 The store opens only once the model has loaded (20-60 s on CPU, minutes on a GPU host), so a
 wrong data dir or capacity found there costs a load; these checks find it in the launching

@@ -76,7 +76,7 @@ def _check_own(path: str, st: os.stat_result) -> None:
 
 def check_private_dir(path: str) -> None:
     """What ``prepare_private_dir`` would refuse, without creating anything: the launch check
-    (patch 008) runs it before the model loads, the store again when it opens."""
+    (the plugin's launch check) runs it before the model loads, the store again when it opens."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise ValueError(f"saria store: data dir {path!r} is not a directory")
     real = os.path.realpath(path)

@@ -7,7 +7,7 @@ over both (bytes written to each, page data in both slab files), and the restart
 SSD hits read from both.
 
 Bad input gets a clear error and the server keeps serving: text that is not valid UTF-8,
-a prompt longer than the context, an unknown model name (patch 007), and one of the store's
+a prompt longer than the context, an unknown model name (`plugin/fixes.py`), and one of the store's
 data dirs removed while serving (the store goes offline, logged with that dir and counted;
 requests recompute their prefixes).
 
@@ -48,14 +48,14 @@ BAD_INPUTS = {
     "lone-surrogate": ("/v1/completions", b'{"model": "default", "prompt": "ab\\ud800cd"}', 400, "surrogate"),
     "longer-than-context": ("/v1/chat/completions", json.dumps({"model": "default", "messages": [{"role": "user", "content": TOO_LONG}]}).encode(), 400, "context length"),
     "longer-than-pool-ids": ("/generate", json.dumps({"input_ids": [7] * 3000}).encode(), 400, "exceeds the maximum allowed length"),
-    # each of these stopped the whole server (scheduler crash) or was accepted (patch 010)
+    # each of these stopped the whole server (scheduler crash) or was accepted (`plugin/fixes.py`)
     "token-id-negative": ("/generate", json.dumps({"input_ids": [5, -1, 7]}).encode(), 400, "token id -1, outside the model's vocabulary [0, 1024)"),
     "token-id-past-vocab": ("/generate", json.dumps({"input_ids": [5, 5000, 7]}).encode(), 400, "token id 5000, outside"),
     "prompt-ids-past-vocab": ("/v1/completions", json.dumps({"model": "default", "prompt": [5, 9999, 7]}).encode(), 400, "token id 9999, outside"),
     "logprob-start-below-minus-one": ("/generate", json.dumps({"input_ids": [5, 6, 7], "return_logprob": True, "logprob_start_len": -5}).encode(), 400, "logprob_start_len=-5: must be >= -1"),
     "negative-top-logprobs": ("/v1/chat/completions", json.dumps({"model": "default", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": -1}).encode(), 400, "top_logprobs_num=-1: must be >= 0"),
     "negative-n": ("/v1/chat/completions", json.dumps({"model": "default", "messages": [{"role": "user", "content": "hi"}], "n": -1}).encode(), 400, "n=-1: must be >= 1"),
-    # a chat body that is not a JSON object was a 500 with a traceback (patch 011)
+    # a chat body that is not a JSON object was a 500 with a traceback (`plugin/requests.py`)
     "null-body": ("/v1/chat/completions", b"null", 400, "must be a JSON object"),
     "array-body": ("/v1/chat/completions", b"[1, 2]", 400, "must be a JSON object"),
     "unknown-model": ("/v1/chat/completions", json.dumps({"model": "gpt-9", "messages": [{"role": "user", "content": "hi"}]}).encode(), 404, "`gpt-9` does not exist"),

@@ -15,7 +15,7 @@ page on) sent through the openai SDK, and fillers of 300 tokens that push them o
    victims (the index's eviction order: access time, then write order);
 4. deep again, six new fillers: C's second turn is written, nothing of E's second turn is.
 
-Plus malformed hints get a 400 naming the field (patch 014). Admissions are checked by event and
+Plus malformed hints get a 400 naming the field (`plugin/requests.py`). Admissions are checked by event and
 decision state, the store by its index, the moved KV by the audit; no timing is asserted.
 """
 
@@ -196,7 +196,8 @@ def by_label(metrics: dict[str, float], name: str) -> dict[str, float]:
 
 def test_with_an_empty_queue_a_page_evicted_once_is_not_written_unless_its_session_returns(run):
     idle = run.metrics["idle"]
-    assert idle["sglang:saria_auto_backlog_seconds"] == 0 and idle["sglang:saria_auto_theta_e"] == 2
+    # each request counts as queued work for the step it waits in; smoothed, that is nothing
+    assert idle["sglang:saria_auto_backlog_seconds"] < 1e-3 and idle["sglang:saria_auto_theta_e"] == 2
     assert idle["sglang:saria_host_evictions_total"] > 0
     assert not pages(run, "I1") & run.stored["idle"]  # evicted once (before R1: LRU), not written
     assert run.stored["idle"] == path_pages(run, "R1")  # the hint: written at its first eviction, nothing else

@@ -8,7 +8,7 @@ test/srt/hicache/test_hicache_storage_runtime_attach_detach.py does with stock b
   that fills and serves in turn. The KV audit follows each attached store.
 - A server launched without a storage backend refuses saria with a 400 naming
   `--hicache-storage-backend saria` (its tree has neither the admission hooks nor the
-  direct reload; patch 012) and keeps serving; a stock backend (`file`) still attaches
+  direct reload; `plugin/storage.py`) and keeps serving; a stock backend (`file`) still attaches
   there and serves storage hits.
 
 The reference output is each server's own first, computed run of the prompt.

@@ -59,7 +59,7 @@ def test_port_in_use_is_named(tiny_model):
     ids=["ratio-outside-0-1", "no-data-dir", "capacity-below-a-slot"],
 )
 def test_bad_saria_extra_config_stops_the_server_naming_it(tiny_model, tmp_path, extra, message):
-    """In the launching process (patch 008), before the model loads."""
+    """In the launching process (the plugin's hook after `handle_hicache`), before the model loads."""
     extra = {"data_dirs": [str(tmp_path / "store")], **extra}
     config = ServerConfig(tiny_model, args=saria_hicache_args(extra), log_path=tmp_path / "server.log")
     with pytest.raises(ServerError, match=message):

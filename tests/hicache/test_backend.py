@@ -151,7 +151,7 @@ def test_launch_check_names_the_flag_of_malformed_extra_config(raw, message):
 
 
 def test_launch_check_refuses_a_foreign_or_shared_data_dir_before_creating_anything(tmp_path):
-    """The store's own refusal, at launch (patch 008) rather than after the model loads."""
+    """The store's own refusal, at launch (the plugin's check) rather than after the model loads."""
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)

@@ -1,5 +1,5 @@
 """Runtime attach/detach of the storage backend, without a server: which attach requests are
-refused (patch 012), and what `SariaRadixCache` redoes when its backend changes (the old
+refused (`plugin/storage.py`), and what `SariaRadixCache` redoes when its backend changes (the old
 direct reload's worker ends, the KV audit follows the new store and its log, the new
 policy counts the pages the tree already holds in host memory). The e2e version is
 tests/e2e/test_runtime_attach.py."""

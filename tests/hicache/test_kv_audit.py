@@ -46,7 +46,7 @@ def kv_audit(host, counts: Counts, log_dir=None) -> KVAudit:
 
 
 def backup(device, host, host_slots, device_slots) -> None:
-    """HiCache's device -> host copy on CPU (direct io backend, patch 003's torch copies)."""
+    """HiCache's device -> host copy on CPU (direct io backend, CPU rig patch 003's torch copies)."""
     host.backup_from_device_all_layer(device, host_slots, device_slots, "direct")
 
 

@@ -1,5 +1,5 @@
-"""`auto`'s load signal in the SGLang driver (issue 26), without a server: seconds of prefill
-queued, from what the scheduler keeps (patch 013), its measured prefill rate, the step feed that
+"""`auto`'s load signal in the SGLang driver, without a server: seconds of prefill queued, from
+SGLang's load inquirer (its uncached waiting tokens), its measured prefill rate, the step feed that
 moves `auto`'s threshold, and the same value on every attention rank (MAX in the rank agreement's
 step). The server-level proof is tests/e2e/test_auto_admission.py."""
 
@@ -24,6 +24,7 @@ class Inquirer:
     chunked: Any = None
     tokens: int = 0
     busy_us: int = 0
+    uncached: int = 0  # input tokens waiting for prefill compute (cached prefixes left out)
 
     def get_waiting_queue(self):
         return self.waiting
@@ -37,6 +38,9 @@ class Inquirer:
     def get_total_prefill_busy_us(self):
         return self.busy_us
 
+    def get_num_waiting_uncached_tokens(self):
+        return self.uncached
+
 
 def test_the_measured_prefill_rate_replaces_the_configured_one_once_a_prefill_ran():
     rate = PrefillRate()
@@ -49,11 +53,11 @@ def test_the_measured_prefill_rate_replaces_the_configured_one_once_a_prefill_ra
     assert 2000.0 < rate.tps(6500.0) < 6000.0
 
 
-def test_queued_seconds_are_zero_on_an_empty_queue_and_the_pending_count_over_the_rate_otherwise():
+def test_queued_seconds_are_zero_on_an_empty_queue_and_the_uncached_waiting_tokens_over_the_rate_otherwise():
     inquirer = Inquirer()
     load = SchedulerLoad(inquirer)
-    load.pending_tokens = 1300  # left waiting behind the last prefill batch
-    assert load.backlog_s(6500.0) == 0.0  # that batch took the last request: nothing waits now
+    inquirer.uncached = 1300
+    assert load.backlog_s(6500.0) == 0.0  # nothing waits: no work queued, whatever a stale count says
     inquirer.waiting = ["req"]
     assert load.backlog_s(6500.0) == pytest.approx(0.2)  # no prefill measured yet: the configured rate
     inquirer.tokens, inquirer.busy_us = 1000, 1_000_000
@@ -92,11 +96,10 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     clock = [100.0]
     policy = _policy("auto", clock)
     cache = _Cache(policy)
-    cache.check_hicache_events()  # patch 013 has not handed the load over yet: nothing read
+    cache.check_hicache_events()  # the scheduler has not handed its load inquirer over yet: nothing read
     assert cache.stepped and policy.admission.theta_E == 2
-    inquirer = Inquirer(waiting=["a", "b"])
+    inquirer = Inquirer(waiting=["a", "b"], uncached=13000)  # 2 s at the configured 6500 tokens/s
     cache.read_scheduler_load(inquirer)
-    cache.note_prefill_batch(13000)  # 2 s at the configured 6500 tokens/s
     cache.check_hicache_events()
     assert policy.admission.loaded and policy.admission.theta_E == 1
     assert _sample("sglang:saria_auto_theta_e") == 1 and _sample("sglang:saria_auto_backlog_seconds") == pytest.approx(2.0)
@@ -110,8 +113,7 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
 def test_other_policies_are_not_fed():
     policy = _policy("eviction:E2", [100.0])
     cache = _Cache(policy)
-    cache.read_scheduler_load(Inquirer(waiting=["a"]))
-    cache.note_prefill_batch(10**6)
+    cache.read_scheduler_load(Inquirer(waiting=["a"], uncached=10**6))
     cache.check_hicache_events()
     assert policy.admission.theta_E == 2 and cache.stepped
 
@@ -131,12 +133,12 @@ def test_every_rank_reads_the_largest_load_of_the_ranks(monkeypatch):
     policy.use_agreement(agreement.on_ssd, agreement.clock)  # as connect_agreement wires it
     cache = _Cache(policy)
     cache._agreement = agreement
-    cache.read_scheduler_load(Inquirer(waiting=["a"]))
-    cache.note_prefill_batch(6500)  # 1 s queued on this rank
+    inquirer = Inquirer(waiting=["a"], uncached=6500)  # 1 s queued on this rank
+    cache.read_scheduler_load(inquirer)
     agreement.step()  # the agreement's first step: this rank's load is not wired yet (it adds 0)
     cache.check_hicache_events()  # wires it; feeds the step's agreed value
     assert agreement.load == 3.0 and policy.admission.backlog_s == 3.0  # the other rank's 3 s
-    cache.note_prefill_batch(6500 * 5)  # now this rank has the most queued: 5 s
+    inquirer.uncached = 6500 * 5  # now this rank has the most queued: 5 s
     agreement.step()
     cache.check_hicache_events()
     assert agreement.load == policy.admission.backlog_s == pytest.approx(5.0) and policy.admission.theta_E == 1

@@ -65,11 +65,11 @@ def test_staging_log_says_whether_the_kv_sizing_reserved_it(monkeypatch, caplog)
     caplog.set_level(logging.INFO, logger=reload_staging.__name__)
     monkeypatch.setattr(reload_staging, "_reserved", None)
     report_staging(1 << 20, "cuda:0")
-    assert "is patch 009 applied?" in caplog.text and "reserved nothing" in caplog.text
+    assert "is the sglang-saria plugin loaded" in caplog.text and "reserved nothing" in caplog.text
     caplog.clear()
     reserve_bytes(memory_args({"transfer": {"reload_chunk_pages": 4}}), CELL, PAGE_SIZE)
     report_staging(staging_bytes(4, PAGE_SIZE * CELL), "cuda:0")
-    assert "reserved at KV sizing" in caplog.text and "patch 009" not in caplog.text
+    assert "reserved at KV sizing" in caplog.text and "plugin loaded" not in caplog.text
 
 
 def test_gdn_checkpoint_staging_counts_towards_what_must_be_reserved(caplog):
@@ -77,12 +77,12 @@ def test_gdn_checkpoint_staging_counts_towards_what_must_be_reserved(caplog):
     fa = staging_bytes(4, PAGE_SIZE * CELL)
     reserve_bytes(memory_args({"transfer": {"reload_chunk_pages": 4}}), CELL, PAGE_SIZE)
     report_staging(fa, "cuda:0", state_bytes=3 << 20)
-    assert f"but the KV sizing reserved {fa} bytes" in caplog.text and "patch 009 applied?" in caplog.text
+    assert f"but the KV sizing reserved {fa} bytes" in caplog.text and "plugin loaded" in caplog.text
     caplog.clear()
     reserve_bytes(memory_args({"transfer": {"reload_chunk_pages": 4}}), CELL, PAGE_SIZE, state_bytes=3 << 20)
     report_staging(fa, "cuda:0", state_bytes=3 << 20)
     assert f"FA pages {fa} + GDN checkpoint {3 << 20} on cuda:0, reserved at KV sizing" in caplog.text
-    assert "patch 009 applied" not in caplog.text
+    assert "plugin loaded" not in caplog.text
 
 
 def test_checkpoint_is_priced_for_the_mamba_layers_of_this_rank():
@@ -222,4 +222,4 @@ def test_hybrid_kv_sizing_reserves_exactly_the_hybrid_reloaders_staging(hybrid_s
 
     report_staging(reloader.staging_bytes, "cpu", reloader.state_staging_bytes)
     assert f"FA pages {fa_bytes} + GDN checkpoint {state_bytes} on cpu, reserved at KV sizing" in caplog.text
-    assert "patch 009 applied" not in caplog.text
+    assert "plugin loaded" not in caplog.text

@@ -1,4 +1,4 @@
-"""What the launch check (patch 008, `storage/preflight.py`) finds before the model loads: a
+"""What the launch check (the plugin's check, `storage/preflight.py`) finds before the model loads: a
 capacity that holds no slot (naming the minimum), a capacity above the free space of the data
 dir's file system (naming both numbers and the path; a restart's own slab counts as space
 it has), and a read-only data dir, slab or index (naming the path and the mode), which the

@@ -1,14 +1,12 @@
-"""scripts/apply_patches.py: all-or-none, idempotent, --check names the failing hunk, wrong versions refused."""
+"""saria_cpu_rig.apply_patches: all-or-none, idempotent, --check names the failing hunk, wrong versions refused."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import apply_patches  # noqa: E402
+from saria_cpu_rig import apply_patches
 
 ORIGINAL = "def f():\n    return 1\n\n\ndef g():\n    return 2\n"
 

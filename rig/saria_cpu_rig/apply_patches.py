@@ -1,5 +1,4 @@
-#!/usr/bin/env python
-"""Apply (or check, or revert) the patches in patches/sglang-<version>/ to the installed SGLang.
+"""Apply (or check, or revert) the CPU rig's patches (patches/sglang-<version>/) to the installed SGLang.
 
 All or none: the patched files are first built in a scratch copy, in patch order (so a
 patch may build on an earlier one touching the same file), and copied over the
@@ -22,8 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PINNED_VERSION = "0.5.23"
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PATCH_DIR = REPO_ROOT / "patches" / f"sglang-{PINNED_VERSION}"
+PATCH_DIR = Path(__file__).resolve().parent / "patches" / f"sglang-{PINNED_VERSION}"
 
 
 class PatchError(RuntimeError):

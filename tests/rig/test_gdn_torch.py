@@ -1,4 +1,4 @@
-"""sglang_saria.hybrid.gdn_torch against transformers 5.19's Qwen3.5 reference code.
+"""saria_cpu_rig.gdn_torch against transformers 5.19's Qwen3.5 reference code.
 
 Tolerances per dtype: both sides compute in fp32 from the same rounded inputs, so
 they differ by accumulation order inside fp32 (about 1e-6 relative, bounded here at
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from transformers.models.qwen3_5 import modeling_qwen3_5 as ref
 
-from sglang_saria.hybrid import gdn_torch as gt
+from saria_cpu_rig import gdn_torch as gt
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 # (rtol, atol) for outputs rounded once to the dtype.
@@ -279,7 +279,7 @@ def test_torch_gdn_route_only_on_plain_cpu(monkeypatch, platform):
     any of those platforms keeps its own kernels, so GPU paths are unchanged."""
     import sglang.srt.utils as sglang_utils
 
-    from sglang_saria.hybrid.cpu_route import use_torch_gdn
+    from saria_cpu_rig.cpu_route import use_torch_gdn
 
     for name in ("is_cuda", "is_hip", "is_npu", "is_xpu", "is_cpu"):
         monkeypatch.setattr(sglang_utils, name, lambda: False)
