@@ -151,7 +151,7 @@ class TransferConfig:
     # is gathered), reserved out of SGLang's KV budget (hicache/reload_staging.py).
     reload_chunk_pages: int = 16
     # Benchmark-only: the scheduler thread waits for each direct reload's reads, as the
-    # synchronous reload did before issue 12 (scripts/bench_serving.py --scenario concurrent).
+    # synchronous reload did before direct reload was asynchronous (scripts/bench_serving.py --scenario concurrent).
     blocking_reload: bool = False
     # Diagnostics: a file the reload worker appends one JSON line per paced reload to (the
     # pacer's timestamps of its SSD and DRAM parts, `reload/pacing_trace.py`); "" = none.

@@ -83,6 +83,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
+def sglang_plugins() -> None:
+    """SGLang's plugins loaded in the test process, as SGLang loads them in each of its own
+    (sglang-saria's hooks applied): for tests that build SGLang's objects without a server."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+@pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
 

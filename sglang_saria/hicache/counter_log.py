@@ -1,4 +1,4 @@
-"""Admission counters across restarts (paper 4.3: metadata outlives residency; issue 30 item 3).
+"""Admission counters across restarts (paper 4.3: metadata outlives residency).
 
 The policy's counters per page (``R``, ``E``, ``e_spent``, ``t_reuse``: `ContextMetadata`) carry
 a page's history across host residencies. Without this module they die with the process, and a

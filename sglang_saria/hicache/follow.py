@@ -1,4 +1,4 @@
-"""One reload per page in flight (issue 30 item 8): a request whose stored pages another request's
+"""One reload per page in flight: a request whose stored pages another request's
 reload is reading already waits for that reload, instead of reading them again.
 
 `SariaRadixCache._probe` finds the leader (`PendingReloads.leader_of`) and registers the request

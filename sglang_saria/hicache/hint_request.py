@@ -1,4 +1,4 @@
-"""An agent's cache hint on a chat request (issue 26), from the HTTP body to the scheduler.
+"""An agent's cache hint on a chat request, from the HTTP body to the scheduler.
 
 A chat completion may carry ``"saria": {"session": "<id>", "expect_return_s": 30}`` (the session
 comes back in about 30 s: keep what DRAM gives up) or ``"saria": {"session": "<id>", "end": true}``

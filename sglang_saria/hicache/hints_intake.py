@@ -1,4 +1,4 @@
-"""Agents' hints inside SGLang (issue 26): a released request's hint becomes hints on its pages.
+"""Agents' hints inside SGLang: a released request's hint becomes hints on its pages.
 
 A chat request's ``"saria"`` hint (``hint_request.py``, ``plugin/requests.py``) reaches the scheduler in its
 ``custom_params``. When SGLang releases the request after putting its KV in the tree

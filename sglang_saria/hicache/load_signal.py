@@ -7,11 +7,13 @@ scheduler step from SGLang's ``SchedulerLoadInquirer`` (handed over by the plugi
 ``Scheduler.init_load_inquirer``):
 
 - **queued tokens**: 0 when the waiting queue is empty and no request is being chunked (O(1));
-  otherwise ``get_num_waiting_uncached_tokens()``, SGLang's own estimate of the input tokens
-  waiting for prefill compute: each waiting request's length less its matched prefix and its
-  storage span, plus the chunked request's rest (cached prefixes are not work: an agent prompt
-  that is 90 % cached counts its 10 %). One pass over the waiting queue, as SGLang's load
-  reports make;
+  otherwise the work left waiting behind the last prefill batch the scheduler formed (plugin
+  hook after ``Scheduler.get_new_batch_prefill``): ``get_num_waiting_uncached_tokens()``,
+  SGLang's own estimate of the input tokens waiting for prefill compute, each waiting request's
+  length less its matched prefix and its storage span, plus the chunked request's rest (cached
+  prefixes are not work: an agent prompt that is 90 % cached counts its 10 %). Read after the
+  batch, so a request admitted at once is not load for the evictions its own admission causes.
+  One pass over the waiting queue per prefill batch, as SGLang's load reports make;
 - **prefill rate**: the scheduler's own throughput, ``total_prefill_uncached_tokens`` over
   ``total_prefill_busy_us`` (cumulative counters it keeps for its load reports), smoothed over the
   last ``RATE_WINDOW_S`` seconds of prefill; ``admission.auto_prefill_tps`` until a prefill step
@@ -64,13 +66,14 @@ class SchedulerLoad:
     def __init__(self, inquirer: Any) -> None:
         self.inquirer = inquirer
         self.rate = PrefillRate()
+        self.queued_tokens = 0  # uncached input tokens left waiting behind the last prefill batch
 
     def backlog_s(self, fallback_tps: float) -> float:
         q = self.inquirer
         self.rate.update(q.get_total_prefill_uncached_tokens(), q.get_total_prefill_busy_us())
         if not q.get_waiting_queue() and q.get_chunked_req() is None:
             return 0.0
-        return q.get_num_waiting_uncached_tokens() / self.rate.tps(fallback_tps)
+        return self.queued_tokens / self.rate.tps(fallback_tps)
 
 
 class LoadSignalMixin:
@@ -82,6 +85,13 @@ class LoadSignalMixin:
     def read_scheduler_load(self, inquirer: Any) -> None:
         """Once at scheduler start (plugin hook after ``Scheduler.init_load_inquirer``)."""
         self._scheduler_load = SchedulerLoad(inquirer)
+
+    def note_prefill_batch(self) -> None:
+        """After each prefill batch the scheduler forms (plugin hook after
+        ``Scheduler.get_new_batch_prefill``): the uncached work left waiting behind it."""
+        load = self._scheduler_load
+        if load is not None:
+            load.queued_tokens = load.inquirer.get_num_waiting_uncached_tokens()
 
     def check_hicache_events(self) -> None:
         self._feed_load()

@@ -1,4 +1,4 @@
-"""Agents' hints asked about SGLang tree nodes (issue 26).
+"""Agents' hints asked about SGLang tree nodes.
 
 ``AgentHints`` (``mem_cache/hints.py``) keeps hints by block key; the write sequencer asks it
 about the keys its driver decides on, which in this driver are SGLang's tree nodes. Nodes split

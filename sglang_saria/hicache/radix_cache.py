@@ -24,7 +24,7 @@ hits of full-attention and GDN hybrid models straight into the device pools inst
   pages, recency-protected host headroom) becomes a node of its own, copied device -> host
   by HiCache's write-through once the request's prefill is done (`checkpoint`).
 
-Hybrid trees (FULL + MAMBA, issue 15): plans end on the last GDN checkpoint a tier holds,
+Hybrid trees (FULL + MAMBA): plans end on the last GDN checkpoint a tier holds,
 the state lands in a reserved mamba slot with the last FA chunk and becomes the boundary
 node's value; README.md ("Hybrid trees in the direct reload") says how.
 

@@ -1,4 +1,4 @@
-"""The direct reload's staging in SGLang's memory plan (issue 12, item 6).
+"""The direct reload's staging in SGLang's memory plan.
 
 `DeviceReloader` holds two chunks of staging on the KV pool's device for its whole life
 (`reload/device.py`), allocated when the radix cache turns direct reload on: after

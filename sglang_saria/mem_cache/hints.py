@@ -1,4 +1,4 @@
-"""Agents' hints about their sessions (issue 26): which blocks will come back, and which will not.
+"""Agents' hints about their sessions: which blocks will come back, and which will not.
 
 Agent frameworks know what a cache can only guess: a session that ended will not return (vLLM's
 "Session-Aware KV Cache Hints for Agentic Workloads" RFC; SGLang's retention requests). A request

@@ -1,4 +1,4 @@
-"""The SSD victim order of both drivers: which stored objects go when SSD is full (issue 13, item 4).
+"""The SSD victim order of both drivers: which stored objects go when SSD is full.
 
 One order, one notion of recency, for the replay's SSD tier (``core.py``) and the server's store
 (``storage/store.py``, which keeps its victims in this object instead of a private LRU):

@@ -9,7 +9,8 @@
 - `KVCacheConfigurator.config_from_budget` sizes the KV pool from a byte budget, before and
   after CUDA-graph capture: the direct reload's staging, allocated later, is taken off it first;
 - `Scheduler.init_load_inquirer` builds SGLang's `SchedulerLoadInquirer`; the saria cache keeps
-  it to read the queued prefill work (`auto` admission's load signal).
+  it, and after each `Scheduler.get_new_batch_prefill` reads from it the uncached prefill work
+  left waiting (`auto` admission's load signal, `hicache/load_signal.py`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def register() -> None:
     HookRegistry.register("sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator.config_from_budget",
                           reserve_reload_staging, HookType.BEFORE)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.init_load_inquirer", hand_over_load,
+                          HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill", note_prefill_batch,
                           HookType.AFTER)
 
 
@@ -66,3 +69,9 @@ def hand_over_load(_result: Any, scheduler: Any) -> None:
     read = getattr(scheduler.tree_cache, "read_scheduler_load", None)
     if read is not None:
         read(scheduler.load_inquirer)
+
+
+def note_prefill_batch(_plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+    note = getattr(scheduler.tree_cache, "note_prefill_batch", None)
+    if note is not None:
+        note()

@@ -1,4 +1,4 @@
-"""The reload worker (issue 12): SSD -> device reads and gathers off the scheduler thread.
+"""The reload worker: SSD -> device reads and gathers off the scheduler thread.
 
 SGLang's scheduler has one thread; a reload read there (`init_load_back`) stalls every
 running request for the length of the read. Here the scheduler only decides and

@@ -1,4 +1,4 @@
-"""Fleet replay (issue 28): N saria nodes behind a router, on one logical clock.
+"""Fleet replay: N saria nodes behind a router, on one logical clock.
 
 Each node is a single-node replay (``driver.ReplayRun``): its own ``SariaCore`` (DRAM, SSD,
 admission state), its own transfer coordinator and modelled GPU, the same code the single-node

@@ -57,6 +57,7 @@ def test_queued_seconds_are_zero_on_an_empty_queue_and_the_uncached_waiting_toke
     inquirer = Inquirer()
     load = SchedulerLoad(inquirer)
     inquirer.uncached = 1300
+    load.queued_tokens = inquirer.get_num_waiting_uncached_tokens()  # after a prefill batch
     assert load.backlog_s(6500.0) == 0.0  # nothing waits: no work queued, whatever a stale count says
     inquirer.waiting = ["req"]
     assert load.backlog_s(6500.0) == pytest.approx(0.2)  # no prefill measured yet: the configured rate
@@ -100,6 +101,7 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     assert cache.stepped and policy.admission.theta_E == 2
     inquirer = Inquirer(waiting=["a", "b"], uncached=13000)  # 2 s at the configured 6500 tokens/s
     cache.read_scheduler_load(inquirer)
+    cache.note_prefill_batch()
     cache.check_hicache_events()
     assert policy.admission.loaded and policy.admission.theta_E == 1
     assert _sample("sglang:saria_auto_theta_e") == 1 and _sample("sglang:saria_auto_backlog_seconds") == pytest.approx(2.0)
@@ -114,6 +116,7 @@ def test_other_policies_are_not_fed():
     policy = _policy("eviction:E2", [100.0])
     cache = _Cache(policy)
     cache.read_scheduler_load(Inquirer(waiting=["a"], uncached=10**6))
+    cache.note_prefill_batch()
     cache.check_hicache_events()
     assert policy.admission.theta_E == 2 and cache.stepped
 
@@ -135,10 +138,12 @@ def test_every_rank_reads_the_largest_load_of_the_ranks(monkeypatch):
     cache._agreement = agreement
     inquirer = Inquirer(waiting=["a"], uncached=6500)  # 1 s queued on this rank
     cache.read_scheduler_load(inquirer)
+    cache.note_prefill_batch()
     agreement.step()  # the agreement's first step: this rank's load is not wired yet (it adds 0)
     cache.check_hicache_events()  # wires it; feeds the step's agreed value
     assert agreement.load == 3.0 and policy.admission.backlog_s == 3.0  # the other rank's 3 s
     inquirer.uncached = 6500 * 5  # now this rank has the most queued: 5 s
+    cache.note_prefill_batch()
     agreement.step()
     cache.check_hicache_events()
     assert agreement.load == policy.admission.backlog_s == pytest.approx(5.0) and policy.admission.theta_E == 1

@@ -22,6 +22,8 @@ from sglang_saria.units import ConfigError
 
 CELL, PAGE_SIZE = 1000, 16  # bytes per token of the KV pool, tokens per page
 
+pytestmark = pytest.mark.usefixtures("sglang_plugins")  # saria reaches SGLang through its plugin
+
 
 def memory_args(extra=None, backend="saria", hicache=True) -> SimpleNamespace:
     """The fields of SGLang's get_memory() the reservation reads."""
@@ -94,8 +96,9 @@ def test_checkpoint_is_priced_for_the_mamba_layers_of_this_rank():
 
 
 def test_patched_kv_sizing_takes_the_staging_off_the_budget(monkeypatch):
-    """Patch 009 in the installed SGLang: config_from_budget prices the pool from the budget
-    minus the staging (pre-capture sizing and post-capture resize both call it)."""
+    """The plugin's hook on config_from_budget: the pool is priced from the budget minus the
+    staging (pre-capture sizing and post-capture resize both call it)."""
+    from sglang.srt import runtime_context
     from sglang.srt.mem_cache import kv_cache_configurator as kvc_module
     from sglang.srt.model_executor import pool_configurator
 
@@ -109,6 +112,8 @@ def test_patched_kv_sizing_takes_the_staging_off_the_budget(monkeypatch):
     memory.enable_unified_memory = False
     monkeypatch.setattr(kvc_module, "get_memory", lambda: memory)
     monkeypatch.setattr(kvc_module, "get_schedule", lambda: SimpleNamespace(page_size=PAGE_SIZE))
+    monkeypatch.setattr(runtime_context, "get_memory", lambda: memory)
+    monkeypatch.setattr(runtime_context, "get_schedule", lambda: SimpleNamespace(page_size=PAGE_SIZE))
     this = SimpleNamespace(
         use_mla_backend=False,
         mambaish_config=None,
@@ -193,7 +198,7 @@ def hybrid_reloader(kvc) -> tuple[DeviceReloader, list[torch.Tensor], list[torch
 
 
 def test_hybrid_kv_sizing_reserves_exactly_the_hybrid_reloaders_staging(hybrid_sizing, monkeypatch, caplog):
-    """Patch 009 for a hybrid model: the real sizing takes the FA staging (full-attention
+    """The staging reserve for a hybrid model: the real sizing takes the FA staging (full-attention
     layers only) plus one GDN checkpoint page off the budget, the bytes the reloader built from
     the real pools allocates; the reloader's startup log then says it was reserved."""
     from sglang.srt.model_executor import pool_configurator
