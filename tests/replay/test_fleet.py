@@ -177,5 +177,5 @@ def test_session_routing_keeps_each_session_on_one_node_and_spreads_the_sessions
     res = fleet_replay(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, fleet)
     assert res.fleet["moved_requests"] == 0 and res.fleet["router"] == "session"
     stats = res.fleet["router_stats"]
-    assert stats["placed"] == len(sessions) and stats["stayed"] == res.metrics["requests"] - len(sessions)
+    assert 0 < stats["placed"] <= len(sessions) and stats["placed"] + stats["stayed"] == res.metrics["requests"]
     assert all(n["requests"] > 0 for n in res.per_node)
