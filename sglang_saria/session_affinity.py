@@ -23,7 +23,11 @@ with sticky assignment):
   that node is alive and below the bound; it moves only when that node is dead or at the bound.
 - A new or moving session walks the hash ring from its key (``vnodes`` points per node, so a dead
   node's sessions spread over all the others instead of landing on its neighbour) and takes the
-  first live node below the bound; one always exists, as ``L x bound >= A + 1``.
+  first live node below the bound (one always exists, as ``L x bound >= A + 1``) whose drive has
+  written at most ``(1 + eps)`` x the live drives' mean, when the driver knows the drives' writes;
+  if none has, the least worn node below the bound. A fleet's endurance is its busiest drive's, and
+  a drive writes when its node's DRAM overflows, which a session count alone does not foresee
+  (sessions differ in size by orders of magnitude): new sessions go where the drives wore least.
 - A session that left a dead node returns to it once it is alive again, if it is below the bound.
 
 The key is whatever identifies a session to the driver (the saria session id, a routing-key
@@ -50,7 +54,7 @@ class AffinityConfig:
     """The policy's constants (chosen on WEKA sessions 1-175, docs/fleet.md)."""
 
     eps: float = 0.25  # a node holds at most (1 + eps) x the mean active sessions (rounded up)
-    idle_s: float = 600.0  # a session without a request for this long stops counting as active
+    idle_s: float = 1800.0  # a session without a request for this long stops counting as active
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
 
@@ -119,8 +123,20 @@ class SessionAffinity:
         mean = (len(self.active) + 1) / sum(alive)
         return math.ceil(mean) + math.floor(self.cfg.eps * mean)
 
-    def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None) -> int:
-        """The node for a request of session ``key`` at ``now``; ``alive[i]`` False: node i is dead."""
+    def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> int:
+        """A new or moving session's node: the first on its ring walk that is alive, below the session
+        bound and, when ``wear`` is given, whose drive has written at most (1 + eps) x the live drives'
+        mean; if no node below the session bound is, the least worn of them."""
+        open_nodes = [n for n in self.preference(key) if alive[n] and self.count[n] < cap]
+        if wear is None:
+            return open_nodes[0]
+        limit = (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
+        return next((n for n in open_nodes if wear[n] <= limit), min(open_nodes, key=wear.__getitem__))
+
+    def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None,
+             wear: Sequence[float] | None = None) -> int:
+        """The node for a request of session ``key`` at ``now``; ``alive[i]`` False: node i is dead;
+        ``wear[i]``: what node i's drive has written so far (any unit; None: not known)."""
         alive = alive if alive is not None else [True] * self.n_nodes
         if len(alive) != self.n_nodes:
             raise AffinityError(f"{len(alive)} liveness flags for {self.n_nodes} nodes")
@@ -140,7 +156,7 @@ class SessionAffinity:
         elif current is not None and alive[current] and count[current] < cap:
             node, kind = current, "stayed"
         else:
-            node = next(n for n in self.preference(key) if alive[n] and count[n] < cap)
+            node = self.place(key, alive, cap, wear)
             if current is None:
                 kind = "placed"
             elif not alive[current]:

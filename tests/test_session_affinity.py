@@ -90,3 +90,15 @@ def test_placement_is_the_same_in_every_process():
     a, b = SessionAffinity(8), SessionAffinity(8)
     assert [a.pick(f"k{i}", 0.0) for i in range(50)] == [b.pick(f"k{i}", 0.0) for i in range(50)]
     assert sorted(a.preference("conversation-1")) == list(range(8))  # the walk meets every node once
+
+
+def test_new_sessions_avoid_the_most_worn_drive_within_the_session_bound():
+    s = SessionAffinity(4, AffinityConfig(eps=0.25))
+    keys = [k for k in (f"n{i}" for i in range(500)) if s.preference(k)[0] == 2][:3]
+    wear = [10.0, 10.0, 100.0, 10.0]  # node 2 wrote 100 against a mean of 32.5: above 1.25 x the mean
+    placed = [s.pick(k, float(i), wear=wear) for i, k in enumerate(keys)]
+    assert 2 not in placed  # their ring walks start at node 2
+    assert s.pick(keys[0], 10.0, wear=[10.0, 10.0, 10.0, 100.0]) == placed[0]  # an active session stays
+    # every node below the bound is worn beyond the limit: the least worn of them
+    t = SessionAffinity(2, AffinityConfig(eps=0.1))
+    assert t.pick("x", 0.0, alive=[True, True], wear=[5.0, 50.0]) == 0

@@ -131,7 +131,8 @@ class FleetRun:
         keys = self.workload.keys.block_keys[sid][ridx].tolist()
         tokens = self.workload.sessions[sid].requests[ridx].input_tokens
         nodes = self.nodes
-        node = self.router.pick(keys, tokens, [n.in_flight + len(n.waiting) for n in nodes], t, sid)
+        node = self.router.pick(keys, tokens, [n.in_flight + len(n.waiting) for n in nodes], t, sid,
+                                 [n.core.ssd.bytes_written for n in nodes])
         moves = self.moves
         prev = moves.last_node.get(sid)
         if prev is not None and prev != node:

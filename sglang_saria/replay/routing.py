@@ -77,8 +77,10 @@ class Router(ABC):
         self.stats: dict[str, int] = {}
 
     @abstractmethod
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int) -> int:
-        """The node for a request of ``session`` with block ``keys`` and ``input_tokens``, given each node's load at ``now``."""
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
+        """The node for a request of ``session`` with block ``keys`` and ``input_tokens``, given each node's load
+        (requests in flight and queued) and ``wear`` (bytes its drive has written; empty: not known) at ``now``."""
 
 
 class RoundRobin(Router):
@@ -88,7 +90,8 @@ class RoundRobin(Router):
         super().__init__(n_nodes)
         self.count = 0
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         node = self.count % self.n_nodes
         self.count += 1
         return node
@@ -101,7 +104,8 @@ class RandomRouter(Router):
         super().__init__(n_nodes)
         self.rng = random.Random(seed)
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         return self.rng.randrange(self.n_nodes)
 
 
@@ -159,7 +163,8 @@ class CacheAware(Router):
         k = keys[lo - 1]
         return lo, max((h[k], node) for node, h in enumerate(self.held) if k in h)[1]
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         if now >= self.next_eviction_s:
             self.evict(now)
         if self.is_imbalanced(loads):
@@ -228,8 +233,9 @@ class SessionRouter(Router):
         self.core = SessionAffinity(n_nodes, config)
         self.stats = self.core.stats
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int) -> int:
-        return self.core.pick(session, now)
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
+        return self.core.pick(session, now, wear=wear or None)
 
 
 def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,

@@ -1,5 +1,4 @@
-#!/usr/bin/env python
-"""Fleet table (issue 28 item 3): how routing changes a fleet's SSD writes, hit ratio and TTFT.
+"""Fleet table: how routing changes a fleet's SSD writes, hit ratio, TTFT and busiest drive.
 
 The same WEKA sessions (the replay's defaults: 350 sessions, 12 h start window, seed 0) are
 replayed on 1, 2, 4 and 8 nodes behind each router, for both models and the chosen policies. The
@@ -7,17 +6,21 @@ load is the same total load in every row (the same requests spread over the flee
 the single node's DRAM, SSD and prefill rate (1M / 10M tokens, 6,500 tokens/s). Ratios are against
 the 1-node replay of the same model and policy in the same run (with one node every router is the
 same replay). ``--json`` keeps every record; ``--update-doc`` rewrites the generated tables of
-docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it).
+docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it and
+recomputes the fleet numbers from the per-node records).
 
-    nice -n 10 .venv/bin/python scripts/fleet_table.py --jobs 2 --json docs/data/fleet.json --update-doc docs/fleet.md
+``--skip-sessions K`` drops the first K trace files (a held-out part); ``--session-eps`` and
+``--session-idle`` override the ``session`` router's constants (how they were chosen: docs/fleet.md).
+
+    nice -n 10 saria-fleet-table --jobs 2 --json docs/data/fleet.json --update-doc docs/fleet.md
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import multiprocessing
-import os
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -29,11 +32,11 @@ from sglang_saria.replay.driver import ReplaySettings
 from sglang_saria.replay.fleet import FleetSettings, fleet_replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.session_affinity import AffinityConfig
 
-SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-WEKA = f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}"
 MODELS = ("qwen3-8b", "qwen3.5-9b")
 # E2: the paper's recommended threshold; full duplicate: the write ceiling, and the policy under which
 # a session that moves node writes its prefix again on the new node
@@ -46,22 +49,38 @@ NODE_KEYS = ("requests", "prefill_tokens", "ssd_write_bytes", "ssd_writes_norm",
 _WORK: dict[str, Any] = {}
 
 
-def _load(model: str, sessions: int) -> None:
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Which trace files: the first ``sessions``, less the first ``skip`` of them."""
+
+    sessions: int = 350
+    skip: int = 0
+
+
+def load_sessions(model: str, work: Workload) -> list:
+    """The workload's sessions (a trace file's sub-agents stay with it), at the model's block size."""
     spec = get_model_spec(model)
-    ss = apply_limits(load_trace(WEKA, spec.default_block_tokens, max_sessions=sessions))
-    _WORK[model] = (ss, session_starts(ss, ReplaySettings.window_s, 0))
+    trace = f"weka:{weka_dir()}"
+    ss = load_trace(trace, spec.default_block_tokens, max_sessions=work.sessions)
+    if work.skip:
+        first = {s.session_id for s in load_trace(trace, spec.default_block_tokens, max_sessions=work.skip)}
+        ss = [s for s in ss if s.session_id not in first]
+    return apply_limits(ss)
 
 
-def run_one(model: str, policy: str, nodes: int, router: str, sessions: int) -> dict:
+def run_one(model: str, policy: str, nodes: int, router: str, work: Workload,
+            session: AffinityConfig = AffinityConfig()) -> dict:
     """One fleet replay at the replay's defaults; its record for the JSON."""
     if model not in _WORK:
-        _load(model, sessions)
+        ss = load_sessions(model, work)
+        _WORK[model] = (ss, session_starts(ss, ReplaySettings.window_s, 0))
     ss, starts = _WORK[model]
     spec = get_model_spec(model)
     cfg = SariaConfig(admission=AdmissionConfig(policy=policy),
                       metadata=MetadataConfig(block_tokens=spec.default_block_tokens),
                       capacity=CapacityConfig(dram_tokens=1_000_000, ssd_tokens=10_000_000)).validate()
-    res = fleet_replay(ss, starts, cfg, spec, ReplaySettings(), FleetSettings(nodes, router), label=policy)
+    fleet = FleetSettings(nodes, router, session=session)
+    res = fleet_replay(ss, starts, cfg, spec, ReplaySettings(), fleet, label=policy)
     return {"model": model, "policy": policy, "nodes": nodes, "router": router, "metrics": res.metrics,
             "fleet": res.fleet, "per_node": [{k: n[k] for k in NODE_KEYS} for n in res.per_node]}
 
@@ -80,12 +99,12 @@ def measure(args: argparse.Namespace) -> list[dict]:
     records: list[dict] = []
     if args.jobs <= 1:
         for i, job in enumerate(todo):
-            records.append(run_one(*job, args.sessions))
+            records.append(run_one(*job, args.work, args.session))
             print(f"[{i + 1}/{len(todo)}] {job}", file=sys.stderr, flush=True)
     else:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(run_one, *job, args.sessions): job for job in todo}
+            futures = {pool.submit(run_one, *job, args.work, args.session): job for job in todo}
             for i, fut in enumerate(as_completed(futures)):
                 records.append(fut.result())
                 print(f"[{i + 1}/{len(todo)}] {futures[fut]}", file=sys.stderr, flush=True)
@@ -186,13 +205,17 @@ def _csv(value: str, known: tuple | None, flag: str, cast=str) -> list:
     items = [cast(v.strip()) for v in value.split(",") if v.strip()]
     bad = [v for v in items if known is not None and v not in known]
     if bad or not items:
-        raise SystemExit(f"fleet_table.py: {flag} {value!r}: choose from {', '.join(map(str, known or ()))}")
+        raise SystemExit(f"saria-fleet-table: {flag} {value!r}: choose from {', '.join(map(str, known or ()))}")
     return items
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--sessions", type=int, default=350)
+    p.add_argument("--sessions", type=int, default=350, help="the first N WEKA trace files")
+    p.add_argument("--skip-sessions", type=int, default=0, metavar="K", help="less the first K of them (held out)")
+    p.add_argument("--session-eps", type=float, default=AffinityConfig.eps, help="session router's load bound")
+    p.add_argument("--session-idle", type=float, default=AffinityConfig.idle_s, metavar="S",
+                   help="session router: seconds without a request before a session stops counting")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -214,7 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         args.routers = _csv(args.routers, ROUTERS, "--routers")
         if 1 not in args.nodes:
             args.nodes = [1, *args.nodes]  # the ratios' base
-        doc = {"sessions": args.sessions, "records": measure(args)}
+        args.work = Workload(args.sessions, args.skip_sessions)
+        args.session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle).validate()
+        doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions,
+               "session_router": dataclasses.asdict(args.session), "records": measure(args)}
         if args.json_path:
             with open(args.json_path, "w") as fh:
                 json.dump(doc, fh, indent=1)
