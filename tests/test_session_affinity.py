@@ -99,6 +99,6 @@ def test_new_sessions_avoid_the_most_worn_drive_within_the_session_bound():
     placed = [s.pick(k, float(i), wear=wear) for i, k in enumerate(keys)]
     assert 2 not in placed  # their ring walks start at node 2
     assert s.pick(keys[0], 10.0, wear=[10.0, 10.0, 10.0, 100.0]) == placed[0]  # an active session stays
-    # every node below the bound is worn beyond the limit: the least worn of them
+    # node 1 wrote beyond 1.1 x the mean: node 0, wherever the ring walk starts
     t = SessionAffinity(2, AffinityConfig(eps=0.1))
     assert t.pick("x", 0.0, alive=[True, True], wear=[5.0, 50.0]) == 0
