@@ -28,7 +28,9 @@ with sticky assignment):
   if none has, the least worn node below the bound. A fleet's endurance is its busiest drive's, and
   a drive writes when its node's DRAM overflows, which a session count alone does not foresee
   (sessions differ in size by orders of magnitude): new sessions go where the drives wore least.
-- A session that left a dead node returns to it once it is alive again, if it is below the bound.
+- A session that left a dead node (a guest where it went) returns to it once it is alive again, if
+  it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
+  sessions and the guests is over the bound until the guests leave, and its own sessions stay.
 
 The key is whatever identifies a session to the driver (the saria session id, a routing-key
 header, or a prefix hash); it is hashed with xxh64, so placement is the same in every process.
@@ -91,6 +93,7 @@ class SessionAffinity:
         self.ring_nodes = [i for _, i in points]
         self.active: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()  # key -> (node, last request), oldest first
         self.count = [0] * n_nodes  # active sessions per node
+        self.guests = [0] * n_nodes  # of which displaced from a dead node
         self.home: OrderedDict[Hashable, int] = OrderedDict()  # key -> node of its last request, least recent first
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
         self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_dead": 0, "returned": 0}
@@ -117,6 +120,7 @@ class SessionAffinity:
                 break
             self.active.popitem(last=False)
             self.count[node] -= 1
+            self.guests[node] -= key in self.displaced
 
     def bound(self, alive: Sequence[bool]) -> int:
         """The most active sessions a node may hold once the session being placed is counted."""
@@ -144,16 +148,17 @@ class SessionAffinity:
             raise AffinityError(f"no live node among {self.n_nodes}")
         self.expire(now)
         entry = self.active.pop(key, None)
+        back = self.displaced.get(key)
         if entry is not None:
             self.count[entry[0]] -= 1
+            self.guests[entry[0]] -= back is not None
         cap = self.bound(alive)
         count = self.count
         current = entry[0] if entry is not None else self.home.get(key)
-        back = self.displaced.get(key)
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
-        elif current is not None and alive[current] and count[current] < cap:
+        elif current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap:
             node, kind = current, "stayed"
         else:
             node = self.place(key, alive, cap, wear)
@@ -169,9 +174,11 @@ class SessionAffinity:
         self.stats[kind] += 1
         self.active[key] = (node, now)
         count[node] += 1
+        self.guests[node] += key in self.displaced
         self.home[key] = node
         self.home.move_to_end(key)
         if len(self.home) > self.cfg.max_sessions:
             old, _ = self.home.popitem(last=False)
-            self.displaced.pop(old, None)
+            if old not in self.active:
+                self.displaced.pop(old, None)
         return node
