@@ -168,7 +168,7 @@ def format_nodes(doc: dict) -> str:
     """Where each router's requests went: requests and DWPD per node, busiest first as node order has it."""
     rows = []
     for r in doc["records"]:
-        if r["nodes"] == 1 or r["router"] not in ("cache_aware", "round_robin"):
+        if r["nodes"] == 1 or r["router"] not in ("cache_aware", "round_robin", "session"):
             continue
         rows.append([r["model"], r["policy"], str(r["nodes"]), r["router"],
                      " / ".join(f"{n['requests']:,}" for n in r["per_node"]),
@@ -178,25 +178,108 @@ def format_nodes(doc: dict) -> str:
 
 def format_setup(doc: dict) -> str:
     b = next(r for r in doc["records"] if r["nodes"] == 1)
-    return (f"{doc['sessions']} WEKA sessions, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
+    skip = doc.get("skip_sessions", 0)
+    which = f"WEKA sessions {skip + 1}-{doc['sessions']}" if skip else f"{doc['sessions']} WEKA sessions"
+    line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
             f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight; {b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
+    if "session_router" in doc:
+        c = doc["session_router"]
+        line += f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node."
+    return line
 
 
-DOC_TABLES = {"setup": format_setup, "main": format_main, "nodes": format_nodes, "shared": format_shared}
-_BLOCK = re.compile(r"(<!-- fleet:(\w+) -->\n)(.*?)(<!-- /fleet -->)", re.S)
+# The session router's targets: busiest drive and busiest node against the fleet's mean, CHAR against
+# cache_aware's on the same fleet, and the requests that changed node.
+TARGETS = {"dwpd": 1.5, "requests": 1.3, "char_drop": 0.01, "moved": 0.03}
 
 
-def doc_blocks(text: str) -> dict[str, str]:
-    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
+def targets(doc: dict, r: dict) -> dict[str, tuple[float, bool]]:
+    """A session-router record's numbers against ``TARGETS``: name -> (value, met); no ``char_drop``
+    without a cache_aware record of the same fleet."""
+    f, m = r["fleet"], r["metrics"]
+    dwpd = f["dwpd_per_drive_max"] / f["dwpd_per_drive_mean"] if f["dwpd_per_drive_mean"] else 1.0
+    out = {"dwpd": (dwpd, dwpd <= TARGETS["dwpd"]),
+           "requests": (f["requests_max_over_mean"], f["requests_max_over_mean"] <= TARGETS["requests"]),
+           "moved": (f["moved_frac"], f["moved_frac"] <= TARGETS["moved"])}
+    for c in doc["records"]:
+        if (c["model"], c["policy"], c["nodes"], c["router"]) == (r["model"], r["policy"], r["nodes"], "cache_aware"):
+            char = m["char"] - c["metrics"]["char"]
+            out["char_drop"] = (char, char >= -TARGETS["char_drop"])
+    return out
 
 
-def update_doc(text: str, doc: dict) -> str:
-    """``text`` with every generated block rendered anew from ``doc``."""
+def format_targets(doc: dict) -> str:
+    """One row per session-router fleet: each target's value and whether it is met."""
+    rows = []
+    for r in doc["records"]:
+        if r["nodes"] == 1 or r["router"] != "session":
+            continue
+        t = targets(doc, r)
+        mark = {k: "met" if ok else "**unmet**" for k, (_, ok) in t.items()}
+        rows.append([r["model"], r["policy"], str(r["nodes"]),
+                     f"{t['dwpd'][0]:.2f} {mark['dwpd']}", f"{t['requests'][0]:.2f} {mark['requests']}",
+                     f"{t['char_drop'][0]:+.3f} {mark['char_drop']}" if "char_drop" in t else "-",
+                     f"{t['moved'][0]:.1%} {mark['moved']}"])
+    return md_table(["model", "policy", "nodes", f"busiest / mean drive DWPD (<= {TARGETS['dwpd']})",
+                     f"busiest / mean node requests (<= {TARGETS['requests']})",
+                     f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})"], rows)
+
+
+def sweep_scores(doc: dict) -> list[tuple[int, float]]:
+    """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, the
+    largest busiest / mean drive DWPD); the chosen setting meets the most, then has the smallest."""
+    out = []
+    for part in doc["sweep"]:
+        t = [targets(part, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
+        out.append((sum(all(x[k][1] for k in ("dwpd", "requests", "moved")) for x in t), max(x["dwpd"][0] for x in t)))
+    return out
+
+
+def chosen_setting(doc: dict) -> dict:
+    """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
+    scores = sweep_scores(doc)
+    best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1]))
+    return doc["sweep"][best]["session_router"]
+
+
+def format_sweep(doc: dict) -> str:
+    """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets."""
+    rows = []
+    scores, best = sweep_scores(doc), chosen_setting(doc)
+    for part, (met, _) in zip(doc["sweep"], scores):
+        c = part["session_router"]
+        cells = [f"{c['eps']}", f"{c['idle_s']:.0f}"]
+        fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
+        for n in sorted({r["nodes"] for r in fleets}):
+            t = [targets(part, r) for r in fleets if r["nodes"] == n]
+            cells.append(f"{max(x['dwpd'][0] for x in t):.2f} / {max(x['requests'][0] for x in t):.2f} / "
+                         f"{max(x['moved'][0] for x in t):.1%}")
+        cells.append(f"{met} of {len(fleets)}" + (" (chosen)" if c == best else ""))
+        rows.append(cells)
+    nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
+    return md_table(["eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
+                     "fleets meeting all three"], rows)
+
+
+DOC_TABLES = {"setup": format_setup, "main": format_main, "nodes": format_nodes, "shared": format_shared,
+              "targets": format_targets, "sweep": format_sweep}
+# a generated block: <!-- PREFIX:TABLE --> ... <!-- /PREFIX -->; each prefix is rendered from its own JSON
+_BLOCK = re.compile(r"(<!-- (\w+):(\w+) -->\n)(.*?)(<!-- /\2 -->)", re.S)
+
+
+def doc_blocks(text: str, prefix: str = "fleet") -> dict[str, str]:
+    return {m.group(3): m.group(4).rstrip("\n") for m in _BLOCK.finditer(text) if m.group(2) == prefix}
+
+
+def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
+    """``text`` with every generated block of ``prefix`` rendered anew from ``doc``."""
     def fill(m: re.Match) -> str:
-        if m.group(2) not in DOC_TABLES:
-            raise ValueError(f"unknown generated table {m.group(2)!r}; known: {', '.join(DOC_TABLES)}")
-        return f"{m.group(1)}{DOC_TABLES[m.group(2)](doc)}\n{m.group(4)}"
+        if m.group(2) != prefix:
+            return m.group(0)
+        if m.group(3) not in DOC_TABLES:
+            raise ValueError(f"unknown generated table {m.group(3)!r}; known: {', '.join(DOC_TABLES)}")
+        return f"{m.group(1)}{DOC_TABLES[m.group(3)](doc)}\n{m.group(5)}"
 
     return _BLOCK.sub(fill, text)
 
@@ -213,9 +296,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=350, help="the first N WEKA trace files")
     p.add_argument("--skip-sessions", type=int, default=0, metavar="K", help="less the first K of them (held out)")
-    p.add_argument("--session-eps", type=float, default=AffinityConfig.eps, help="session router's load bound")
-    p.add_argument("--session-idle", type=float, default=AffinityConfig.idle_s, metavar="S",
-                   help="session router: seconds without a request before a session stops counting")
+    p.add_argument("--session-eps", default=str(AffinityConfig.eps),
+                   help="session router's load bound; several (comma-separated) with --session-idle: a sweep")
+    p.add_argument("--session-idle", default=str(AffinityConfig.idle_s), metavar="S",
+                   help="session router: seconds without a request before a session stops counting (or several)")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -223,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=1, help="parallel replay processes")
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD", help="rewrite the generated tables of this file from --json")
+    p.add_argument("--doc-prefix", default="fleet", help="which generated blocks of --update-doc (<!-- PREFIX:TABLE -->)")
     p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:
@@ -238,18 +323,27 @@ def main(argv: list[str] | None = None) -> int:
         if 1 not in args.nodes:
             args.nodes = [1, *args.nodes]  # the ratios' base
         args.work = Workload(args.sessions, args.skip_sessions)
-        args.session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle).validate()
-        doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions,
-               "session_router": dataclasses.asdict(args.session), "records": measure(args)}
+        settings = [AffinityConfig(eps=e, idle_s=i).validate() for e in _csv(args.session_eps, None, "--session-eps", float)
+                    for i in _csv(args.session_idle, None, "--session-idle", float)]
+        doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
+        for args.session in settings:
+            print(f"session router {args.session}", file=sys.stderr, flush=True)
+            part = {"session_router": dataclasses.asdict(args.session), "records": measure(args)}
+            doc.setdefault("sweep", []).append(part) if len(settings) > 1 else doc.update(part)
         if args.json_path:
             with open(args.json_path, "w") as fh:
                 json.dump(doc, fh, indent=1)
-    print(*(table(doc) for table in DOC_TABLES.values()), sep="\n\n")
+    if "sweep" in doc:
+        tables = ["sweep"]
+    else:
+        tables = [n for n in DOC_TABLES if n not in ("targets", "sweep") or (
+            n == "targets" and any(r["router"] == "session" for r in doc["records"]))]
+    print(*(DOC_TABLES[name](doc) for name in tables), sep="\n\n")
     if args.update_doc:
         with open(args.update_doc) as fh:
             text = fh.read()
         with open(args.update_doc, "w") as fh:
-            fh.write(update_doc(text, doc))
+            fh.write(update_doc(text, doc, args.doc_prefix))
     return 0
 
 
