@@ -20,7 +20,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 JSONS = {
     "fleet": ("fleet.json", {"setup", "main", "nodes", "shared"}),
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
-    "heldout": ("fleet_session_heldout.json", {"setup", "targets"}),
+    "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
 }
 
 
