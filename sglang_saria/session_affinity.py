@@ -55,7 +55,7 @@ class AffinityError(ValueError):
 class AffinityConfig:
     """The policy's constants (chosen on WEKA sessions 1-175, docs/fleet.md)."""
 
-    eps: float = 0.25  # a node holds at most (1 + eps) x the mean active sessions (rounded up)
+    eps: float = 0.25  # a node holds at most ceil(m) + floor(eps x m) active sessions, m their mean per live node
     idle_s: float = 1800.0  # a session without a request for this long stops counting as active
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)

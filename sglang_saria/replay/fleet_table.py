@@ -226,20 +226,23 @@ def format_targets(doc: dict) -> str:
                      f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})"], rows)
 
 
-def sweep_scores(doc: dict) -> list[tuple[int, float]]:
+def sweep_scores(doc: dict) -> list[tuple[int, float, float]]:
     """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, the
-    largest busiest / mean drive DWPD); the chosen setting meets the most, then has the smallest."""
+    largest and the mean busiest / mean drive DWPD over its fleets); the chosen setting meets the
+    most, then has the smallest largest, then the smallest mean."""
     out = []
     for part in doc["sweep"]:
         t = [targets(part, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
-        out.append((sum(all(x[k][1] for k in ("dwpd", "requests", "moved")) for x in t), max(x["dwpd"][0] for x in t)))
+        dwpd = [x["dwpd"][0] for x in t]
+        out.append((sum(all(x[k][1] for k in ("dwpd", "requests", "moved")) for x in t), max(dwpd),
+                    sum(dwpd) / len(dwpd)))
     return out
 
 
 def chosen_setting(doc: dict) -> dict:
     """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
     scores = sweep_scores(doc)
-    best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1]))
+    best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
     return doc["sweep"][best]["session_router"]
 
 
@@ -247,7 +250,7 @@ def format_sweep(doc: dict) -> str:
     """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets."""
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
-    for part, (met, _) in zip(doc["sweep"], scores):
+    for part, (met, _, mean) in zip(doc["sweep"], scores):
         c = part["session_router"]
         cells = [f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
@@ -255,11 +258,11 @@ def format_sweep(doc: dict) -> str:
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
             cells.append(f"{max(x['dwpd'][0] for x in t):.2f} / {max(x['requests'][0] for x in t):.2f} / "
                          f"{max(x['moved'][0] for x in t):.1%}")
-        cells.append(f"{met} of {len(fleets)}" + (" (chosen)" if c == best else ""))
+        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
     return md_table(["eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
-                     "fleets meeting all three"], rows)
+                     "mean DWPD ratio", "fleets meeting all three"], rows)
 
 
 DOC_TABLES = {"setup": format_setup, "main": format_main, "nodes": format_nodes, "shared": format_shared,

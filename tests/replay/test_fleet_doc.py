@@ -21,6 +21,7 @@ JSONS = {
     "fleet": ("fleet.json", {"setup", "main", "nodes", "shared"}),
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
+    "sweep": ("fleet_session_sweep.json", {"sweep"}),
 }
 
 
@@ -82,6 +83,13 @@ def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_
         for model in fleet_table.MODELS:
             rows = [r["metrics"] for r in doc["records"] if r["model"] == model]
             assert len({(m["requests"], m["request_set"]) for m in rows}) == 1
+
+
+def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
+    doc = load("fleet_session_sweep.json")
+    assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
+    chosen = fleet_table.chosen_setting(doc)
+    assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
 
 
 def test_update_doc_rewrites_only_the_marked_blocks_of_its_prefix():
