@@ -98,3 +98,12 @@ def test_update_doc_rewrites_only_the_marked_blocks_of_its_prefix():
     out = fleet_table.update_doc(text, doc)
     assert out.startswith("intro\n<!-- fleet:shared -->\n| model |")
     assert out.endswith("<!-- /fleet -->\n<!-- session:shared -->\nkept\n<!-- /session -->\noutro\n")
+
+
+def test_a_recorded_session_row_is_what_the_replay_gives_now():
+    """The 350-session table's qwen3-8b E2 8-node session row, replayed again: the same record."""
+    doc = load("fleet_session.json")
+    want = next(r for r in doc["records"] if (r["model"], r["policy"], r["nodes"], r["router"]) ==
+                ("qwen3-8b", "eviction:E2", 8, "session"))
+    got = fleet_table.run_one("qwen3-8b", "eviction:E2", 8, "session", fleet_table.Workload(350, 0))
+    assert json.loads(json.dumps(got)) == want
