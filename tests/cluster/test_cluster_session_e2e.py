@@ -5,13 +5,15 @@ Each session sends its saria session id (``"saria": {"session": ...}``, what age
 router answers with the worker that served it (``x-saria-worker``). Checked: 3 turns per session on
 one worker each, its cached tokens growing every turn; the sessions spread 2/2/2; right after the
 SIGKILL of a worker every session's next turn succeeds, the dead worker's two sessions on two
-different workers and the others where they were.
+different workers and the others where they were; once the launcher has restarted it, its two
+sessions are back on it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -94,6 +96,12 @@ def test_six_sessions_on_three_workers_stay_spread_and_survive_a_sigkill(tiny_mo
         assert len({after[name][0] for name in orphans}) == 2, {name: after[name][0] for name in orphans}
         assert victim not in {w for w, _, _ in after.values()}
         assert all(after[name][0] == owner[name] for name in owner if name not in orphans)
+
+        wait_line(lines, "worker 0 is back", timeout_s=600)  # the launcher restarted it on its store
+        time.sleep(3)  # the router's probe (every second) sees it answer
+        back = {s.name: turn(client, s) for s in sessions}
+        assert {name: error for name, (_, _, error) in back.items() if error} == {}
+        assert {name: w for name, (w, _, _) in back.items()} == owner  # the bound allows: they come back
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=120) == 0
     finally:
