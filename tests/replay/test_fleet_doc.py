@@ -22,6 +22,7 @@ JSONS = {
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
     "sweep": ("fleet_session_sweep.json", {"sweep"}),
+    "eps01": ("fleet_session_eps01.json", {"targets"}),
 }
 
 
