@@ -14,6 +14,11 @@ bound and without bringing a session back to a worker that returns, and its ``x-
 header answered ``no_available_workers`` for every registered worker URL and id tried on this
 machine, so it cannot take a placement decided outside it. sglang-router 0.3.2 has no key at all.
 
+Wear: every ``wear_interval_s`` the same thread reads each live worker's
+``sglang:saria_ssd_bytes_written_total`` (its ``/metrics``), so new and moving sessions go where the
+drives wore least, as in the replay; a counter that falls (the worker restarted) keeps counting on
+from what it had reached.
+
 Worker death: a thread probes every worker's ``/v1/models`` each ``probe_interval_s``; a refused
 connection marks it dead at once, other failures after ``probe_failures`` in a row. A request whose
 worker fails to connect marks it dead and is placed again (the core spreads a dead worker's
@@ -40,6 +45,7 @@ from sglang_saria.launcher import free_port
 from sglang_saria.session_affinity import AffinityConfig, SessionAffinity, key_hash
 
 ROUTING_KEY_HEADERS = ("x-smg-routing-key", "x-session-id")
+WRITTEN = "sglang:saria_ssd_bytes_written_total"
 WORKER_HEADER = "x-saria-worker"
 HEAD_CHARS = 512
 # hop-by-hop headers (RFC 9110 7.6.1) and those the proxy sets itself
@@ -74,10 +80,28 @@ class Liveness:
     probe_failures: int = 2
     alive: list[bool] = field(init=False)
     failures: list[int] = field(init=False)
+    wear: list[float] = field(init=False)  # SSD bytes written per worker since the router started
+    seen: list[float] = field(init=False)  # the counter's last value
+    offset: list[float] = field(init=False)  # what it had reached before its worker's restarts
 
     def __post_init__(self) -> None:
-        self.alive = [True] * len(self.urls)
-        self.failures = [0] * len(self.urls)
+        n = len(self.urls)
+        self.alive, self.failures = [True] * n, [0] * n
+        self.wear, self.seen, self.offset = [0.0] * n, [0.0] * n, [0.0] * n
+
+    def read_written(self, index: int, timeout_s: float) -> None:
+        """Worker ``index``'s SSD bytes written (its /metrics), kept monotonic across its restarts."""
+        try:
+            with urllib.request.urlopen(f"{self.urls[index]}/metrics", timeout=timeout_s) as response:
+                text = response.read().decode(errors="replace")
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            return  # the liveness probe decides what a failure means
+        value = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith(WRITTEN) and line[len(WRITTEN)] in " {")
+        if value < self.seen[index]:  # restarted: its counter began again at 0
+            self.offset[index] += self.seen[index]
+        self.seen[index] = value
+        self.wear[index] = self.offset[index] + value
 
     def probe(self, index: int, timeout_s: float) -> None:
         try:
@@ -100,7 +124,7 @@ class SessionRouter:
 
     def __init__(self, worker_urls: list[str], config: AffinityConfig = AffinityConfig(), host: str = "127.0.0.1",
                  port: int | None = None, probe_interval_s: float = 1.0, probe_timeout_s: float = 5.0,
-                 startup_timeout_s: float = 30.0) -> None:
+                 wear_interval_s: float = 5.0, startup_timeout_s: float = 30.0) -> None:
         if not worker_urls:
             raise ClusterError("the session router needs at least one worker URL")
         self.worker_urls = list(worker_urls)
@@ -109,6 +133,7 @@ class SessionRouter:
         self.host = host
         self.port = port or free_port(host)
         self.probe_interval_s, self.probe_timeout_s = probe_interval_s, probe_timeout_s
+        self.wear_interval_s = wear_interval_s
         self.startup_timeout_s = startup_timeout_s
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread: threading.Thread | None = None
@@ -127,6 +152,7 @@ class SessionRouter:
     def start(self) -> "SessionRouter":
         for i in range(len(self.worker_urls)):
             self.liveness.probe(i, self.probe_timeout_s)
+            self.liveness.read_written(i, self.probe_timeout_s)
         self.thread = threading.Thread(target=self._serve, name="saria-session-router", daemon=True)
         self.thread.start()
         threading.Thread(target=self._probe_loop, name="saria-session-probe", daemon=True).start()
@@ -164,12 +190,18 @@ class SessionRouter:
             await self.client.close()
 
     def _probe_loop(self) -> None:
+        next_wear = time.monotonic() + self.wear_interval_s
         while not self.stopping.wait(self.probe_interval_s):
+            read_wear = time.monotonic() >= next_wear
+            if read_wear:
+                next_wear = time.monotonic() + self.wear_interval_s
             for i in range(len(self.worker_urls)):
                 was = self.liveness.alive[i]
                 self.liveness.probe(i, self.probe_timeout_s)
                 if was != self.liveness.alive[i]:
                     self.note(f"worker {i} ({self.worker_urls[i]}) {'is back' if self.liveness.alive[i] else 'is dead'}")
+                if read_wear and self.liveness.alive[i]:
+                    self.liveness.read_written(i, self.probe_timeout_s)
 
     def running(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
@@ -209,7 +241,7 @@ class SessionRouter:
             raise ClusterError(f"no live worker among {self.worker_urls}")
         if key is None:
             return alive.index(True)
-        return self.core.pick(key, time.monotonic(), list(alive))
+        return self.core.pick(key, time.monotonic(), list(alive), list(self.liveness.wear))
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()

@@ -40,12 +40,13 @@ def model_list_server(model: str) -> Iterator[str]:
 
 
 class EchoWorker:
-    """A local HTTP server standing in for a worker: ``/v1/models`` lists ``model``, a POST is answered
-    with the worker's name and the body it got. ``stop()`` closes the port (a dead worker), ``start()``
+    """A local HTTP server standing in for a worker: ``/v1/models`` lists ``model``, ``/metrics`` has its
+    SSD bytes written, a POST is answered with the worker's name and the body it got. ``stop()`` closes the port (a dead worker), ``start()``
     opens the same port again (the worker is back)."""
 
-    def __init__(self, name: str, model: str = "m", port: int = 0) -> None:
+    def __init__(self, name: str, model: str = "m", port: int = 0, written_bytes: float = 0.0) -> None:
         self.name, self.model, self.port = name, model, port
+        self.written_bytes = written_bytes  # its /metrics' sglang:saria_ssd_bytes_written_total
         self.server: ThreadingHTTPServer | None = None
         self.bodies: list[dict] = []
 
@@ -66,6 +67,14 @@ class EchoWorker:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:  # noqa: N802
+                if self.path == "/metrics":
+                    body = (f'sglang:saria_ssd_bytes_written_total{{model_name="{worker.model}"}} '
+                            f"{worker.written_bytes}\n").encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
                 self._send({"object": "list", "data": [{"id": worker.model, "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802

@@ -72,6 +72,26 @@ def test_sessions_spread_2_2_2_stay_and_a_dead_workers_sessions_spread_and_come_
         router.stop()
 
 
+def test_new_sessions_avoid_the_worker_whose_drive_wrote_most_and_a_restart_keeps_its_count():
+    ws = [EchoWorker(f"w{i}", written_bytes=b).start() for i, b in enumerate((1e6, 9e9, 2e6))]
+    router = SessionRouter([w.url for w in ws], wear_interval_s=0.2).start()
+    try:
+        assert router.liveness.wear == [1e6, 9e9, 2e6]
+        placed = [post(router.url, chat(f"s{k}", 0))[0] for k in range(2)]
+        assert ws[1].url not in placed  # 9e9 is over 1.25 x the mean drive
+        ws[1].stop()
+        ws[1].written_bytes = 5e5  # the worker restarted: its counter began again
+        ws[1].start()
+        deadline = time.monotonic() + 10
+        while router.liveness.wear[1] != 9e9 + 5e5 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert router.liveness.wear[1] == 9e9 + 5e5
+    finally:
+        router.stop()
+        for w in ws:
+            w.stop()
+
+
 def test_a_request_without_a_session_key_goes_to_a_live_worker(workers):
     router = SessionRouter([w.url for w in workers]).start()
     try:
