@@ -12,11 +12,12 @@ setup(
     packages=find_packages(include=["sglang_saria", "sglang_saria.*"]),
     python_requires=">=3.11",
     install_requires=["numpy", "tqdm", "xxhash", "msgspec"],
-    extras_require={"sglang": ["sglang==0.5.23"], "cluster": ["sglang-router==0.3.2"]},
+    extras_require={"sglang": ["sglang==0.5.23"], "cluster": ["sglang-router==0.3.2", "aiohttp"]},
     entry_points={
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
             "saria-plan=sglang_saria.replay.planning.cli:main",
+            "saria-fleet-table=sglang_saria.replay.fleet_table:main",
         ],
         "sglang.srt.plugins": ["saria = sglang_saria.plugin:register"],
     },

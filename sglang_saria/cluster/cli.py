@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 from sglang_saria.cluster.cluster import Cluster, ClusterConfig
-from sglang_saria.cluster.router import POLICIES, RouterProcess, RouterSettings
+from sglang_saria.cluster.router import POLICIES, RouterSettings, make_router
 from sglang_saria.cluster.workers import ClusterError, check_workers
 from sglang_saria.launcher import AUDIT_ENV, ServerError
+from sglang_saria.session_affinity import AffinityConfig, AffinityError
 
 
 def default_store_root() -> Path:
@@ -46,7 +47,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="router and local workers bind here")
     p.add_argument("--port", type=int, default=30000, help="router port")
     p.add_argument("--worker-ports", type=int, nargs="+", default=None, help="local workers' ports (default: free)")
-    p.add_argument("--policy", default="cache_aware", choices=POLICIES, help="router policy")
+    p.add_argument("--policy", default="cache_aware", choices=POLICIES,
+                   help="router policy; session: each session on one worker, bounded load (the launcher's router)")
+    p.add_argument("--session-eps", type=float, default=AffinityConfig.eps,
+                   help="session policy: a worker holds at most (1 + eps) x the mean active sessions")
+    p.add_argument("--session-idle", type=float, default=AffinityConfig.idle_s, metavar="S",
+                   help="session policy: seconds without a request before a session stops counting")
     p.add_argument("--router-arg", action="append", default=[], metavar="FLAG",
                    help="extra sglang_router.launch_router flag, e.g. --router-arg=--cache-threshold=0.5 (repeat)")
     p.add_argument("--wait-workers", type=float, default=0.0, metavar="S",
@@ -106,13 +112,13 @@ def run_local(args: argparse.Namespace, launch_args: list[str], settings: Router
 def run_router(args: argparse.Namespace, settings: RouterSettings) -> None:
     check_workers(args.worker_urls, wait_s=args.wait_workers)
     log = args.log_dir / "router.log" if args.log_dir else None
-    router = RouterProcess(args.worker_urls, settings, args.host, args.port, log)
+    router = make_router(args.worker_urls, settings, args.host, args.port, log)
     try:
         router.start()
         announce(router.url, args.worker_urls)
-        while router.process.poll() is None:
+        while router.running():
             time.sleep(1.0)
-        raise ClusterError(f"sglang-router exited with code {router.process.returncode}:\n{router.log_tail()}")
+        raise ClusterError(f"the router stopped:\n{router.log_tail()}")
     finally:
         router.stop()
 
@@ -131,7 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg))
+        try:
+            session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle).validate()
+        except AffinityError as err:
+            raise ClusterError(f"--session-eps/--session-idle: {err}") from err
+        settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg), session=session)
         if args.workers is not None:
             run_local(args, launch_args, settings)
         else:

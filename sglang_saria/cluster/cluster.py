@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_saria.cluster.router import RouterProcess, RouterSettings
+from sglang_saria.cluster.router import RouterProcess, RouterSettings, make_router
+from sglang_saria.cluster.session_router import SessionRouter
 from sglang_saria.cluster.workers import ClusterError, WorkerInfo, check_workers
 from sglang_saria.launcher import SGLangServer, ServerConfig, ServerError, free_port, saria_hicache_args
 
@@ -52,7 +53,7 @@ class Cluster:
         ports = config.worker_ports or [free_port(config.host) for _ in range(config.workers)]
         self.restarts = [0] * config.workers  # worker i's logs: worker-i.log, worker-i.restart-<n>.log
         self.servers = [SGLangServer(self._server_config(i, port)) for i, port in enumerate(ports)]
-        self.router: RouterProcess | None = None
+        self.router: RouterProcess | SessionRouter | None = None
         self.model = ""
 
     @property
@@ -87,8 +88,8 @@ class Cluster:
             infos: list[WorkerInfo] = check_workers(self.worker_urls)
             self.model = infos[0].model
             log = self.config.log_dir / "router.log" if self.config.log_dir else None
-            self.router = RouterProcess(self.worker_urls, self.config.router, self.config.host,
-                                        self.config.router_port, log).start()
+            self.router = make_router(self.worker_urls, self.config.router, self.config.host,
+                                      self.config.router_port, log).start()
         except BaseException:
             self.stop()
             raise

@@ -65,10 +65,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sglang_saria.cluster.session_router import SessionRouter
 from sglang_saria.cluster.workers import ClusterError
 from sglang_saria.launcher import free_port, log_tail, port_in_use, stop_process_group
+from sglang_saria.session_affinity import AffinityConfig
 
-POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+# sglang-router's policies, and ``session``: the launcher's session router (``session_router.py``)
+POLICIES = ("cache_aware", "round_robin", "random", "power_of_two", "session")
 # The router panics with this when its port or its Prometheus port is taken.
 ADDRESS_IN_USE = "Address already in use"
 PORT_ATTEMPTS = 3
@@ -92,10 +95,14 @@ class RouterSettings:
     health_failure_threshold: int = 2
     health_success_threshold: int = 1
     extra: tuple[str, ...] = field(default_factory=tuple)  # more launch_router flags, passed as given
+    session: AffinityConfig = field(default_factory=AffinityConfig)  # the session policy's constants
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ClusterError(f"--policy {self.policy!r}: choose one of {', '.join(POLICIES)}")
+        if self.policy == "session" and self.extra:
+            raise ClusterError(f"--router-arg {' '.join(self.extra)}: the session policy runs no sglang-router")
+        self.session.validate()
         for name in ("retry_max_retries", "cb_failure_threshold", "cb_success_threshold",
                      "cb_timeout_duration_secs", "health_check_interval_secs",
                      "health_failure_threshold", "health_success_threshold"):
@@ -119,6 +126,14 @@ class RouterSettings:
 
 def router_installed() -> bool:
     return importlib.util.find_spec("sglang_router") is not None
+
+
+def make_router(worker_urls: list[str], settings: RouterSettings, host: str = "127.0.0.1", port: int | None = None,
+                log_path: Path | None = None) -> "RouterProcess | SessionRouter":
+    """The router of ``settings.policy``, not started: the launcher's session router or sglang-router."""
+    if settings.policy == "session":
+        return SessionRouter(worker_urls, settings.session, host, port)
+    return RouterProcess(worker_urls, settings, host, port, log_path)
 
 
 class RouterProcess:
@@ -212,6 +227,9 @@ class RouterProcess:
 
     def log_tail(self, lines: int = 30) -> str:
         return log_tail(self.log_path, lines)
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def stop(self) -> None:
         stop_process_group(self.process)

@@ -94,7 +94,8 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=1, help="nodes in the fleet, each with its own DRAM, SSD and GPU "
                    "(the capacities and prefill rate above are per node); the sessions are spread over them")
     p.add_argument("--router", default=None, help=f"routing of requests to nodes: {' | '.join(ROUTERS)} (sglang-router "
-                   "0.3.2's policies; default cache_aware when --nodes > 1; random is seeded by --seed)")
+                   "0.3.2's policies, and session: the launcher's session router; default cache_aware when --nodes > 1; "
+                   "random is seeded by --seed)")
     p.add_argument("--no-progress", action="store_true")
 
 

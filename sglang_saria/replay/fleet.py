@@ -34,6 +34,7 @@ from sglang_saria.replay.driver import _DIGEST_MASK, _ISSUE, ReplayRun, ReplaySe
 from sglang_saria.replay.metrics import RequestLog, summarize
 from sglang_saria.replay.oracle import OracleAdmission
 from sglang_saria.replay.routing import ROUTERS, CacheAwareConfig, Router, RoutingError, make_router
+from sglang_saria.session_affinity import AffinityConfig
 from sglang_saria.units import SECONDS_PER_DAY
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class FleetSettings:
     router: str = "cache_aware"
     seed: int = 0  # of the random router
     cache_aware: CacheAwareConfig = field(default_factory=CacheAwareConfig)
+    session: AffinityConfig = field(default_factory=AffinityConfig)
 
     def validate(self) -> "FleetSettings":
         if not isinstance(self.nodes, int) or self.nodes < 1:
@@ -120,7 +122,7 @@ class FleetRun:
         for n in self.nodes:
             n.fleet = self
         self.router: Router = make_router(fleet.router, fleet.nodes, cfg.metadata.block_tokens, fleet.seed,
-                                          fleet.cache_aware)
+                                          fleet.cache_aware, fleet.session)
         self.moves = _Moves()
         self.routed = [0] * fleet.nodes
 
@@ -129,7 +131,8 @@ class FleetRun:
         keys = self.workload.keys.block_keys[sid][ridx].tolist()
         tokens = self.workload.sessions[sid].requests[ridx].input_tokens
         nodes = self.nodes
-        node = self.router.pick(keys, tokens, [n.in_flight + len(n.waiting) for n in nodes], t)
+        node = self.router.pick(keys, tokens, [n.in_flight + len(n.waiting) for n in nodes], t, sid,
+                                 [n.core.ssd.bytes_written for n in nodes])
         moves = self.moves
         prev = moves.last_node.get(sid)
         if prev is not None and prev != node:

@@ -6,6 +6,8 @@ workers (``cluster/router.py`` documents what the router does; this module follo
 - ``round_robin``: a counter over the nodes, from node 0, one step per request.
 - ``random``: uniform over the nodes, seeded (the replay's ``--seed``), so a replay is repeatable.
 - ``cache_aware``: an approximate prefix tree shared by all nodes, with load-balance thresholds.
+- ``session``: the launcher's session-affine policy with bounded load (``session_affinity.py``, the
+  same core the cluster's session router runs), keyed by the trace's session; no node dies here.
 
 The cache_aware approximation. The router's tree holds *characters* of the request text and each
 node of it the workers ("tenants") that were sent that prefix. The replay has no text: a request
@@ -43,9 +45,10 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sglang_saria.session_affinity import AffinityConfig, SessionAffinity
 from sglang_saria.units import ConfigError
 
-ROUTERS = ("cache_aware", "round_robin", "random")
+ROUTERS = ("cache_aware", "round_robin", "random", "session")
 
 
 class RoutingError(ConfigError):
@@ -74,8 +77,10 @@ class Router(ABC):
         self.stats: dict[str, int] = {}
 
     @abstractmethod
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float) -> int:
-        """The node for a request with block ``keys`` and ``input_tokens``, given each node's load at ``now``."""
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
+        """The node for a request of ``session`` with block ``keys`` and ``input_tokens``, given each node's load
+        (requests in flight and queued) and ``wear`` (bytes its drive has written; empty: not known) at ``now``."""
 
 
 class RoundRobin(Router):
@@ -85,7 +90,8 @@ class RoundRobin(Router):
         super().__init__(n_nodes)
         self.count = 0
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         node = self.count % self.n_nodes
         self.count += 1
         return node
@@ -98,7 +104,8 @@ class RandomRouter(Router):
         super().__init__(n_nodes)
         self.rng = random.Random(seed)
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         return self.rng.randrange(self.n_nodes)
 
 
@@ -156,7 +163,8 @@ class CacheAware(Router):
         k = keys[lo - 1]
         return lo, max((h[k], node) for node, h in enumerate(self.held) if k in h)[1]
 
-    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float) -> int:
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
         if now >= self.next_eviction_s:
             self.evict(now)
         if self.is_imbalanced(loads):
@@ -215,8 +223,24 @@ class CacheAware(Router):
         return order
 
 
+class SessionRouter(Router):
+    """``session``: the trace's session id is the key; every node is alive; stats are the core's decisions."""
+
+    name = "session"
+
+    def __init__(self, n_nodes: int, config: AffinityConfig = AffinityConfig()) -> None:
+        super().__init__(n_nodes)
+        self.core = SessionAffinity(n_nodes, config)
+        self.stats = self.core.stats
+
+    def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
+             wear: Sequence[float] = ()) -> int:
+        return self.core.pick(session, now, wear=wear or None)
+
+
 def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,
-                cache_aware: CacheAwareConfig = CacheAwareConfig()) -> Router:
+                cache_aware: CacheAwareConfig = CacheAwareConfig(),
+                session: AffinityConfig = AffinityConfig()) -> Router:
     """The router model by name; errors name the flag and the value."""
     if n_nodes < 1:
         raise RoutingError(f"--nodes {n_nodes}: must be >= 1")
@@ -226,4 +250,6 @@ def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,
         return RandomRouter(n_nodes, seed)
     if name == "cache_aware":
         return CacheAware(n_nodes, block_tokens, cache_aware)
+    if name == "session":
+        return SessionRouter(n_nodes, session)
     raise RoutingError(f"--router {name!r}: choose one of {', '.join(ROUTERS)}")

@@ -12,6 +12,7 @@ from sglang_saria.replay.fleet import FleetSettings, fleet_replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.routing import ROUTERS, CacheAware, CacheAwareConfig, RoutingError, make_router
 from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.session_affinity import AffinityConfig
 
 MODEL = "qwen3-8b"
 SPEC = get_model_spec(MODEL)
@@ -73,21 +74,21 @@ def test_a_fleet_serves_the_same_requests_and_its_nodes_sum_to_it(weka, router):
 def test_cache_aware_keeps_a_session_on_its_node_while_balanced():
     r = CacheAware(3, block_tokens=10)
     a1, b1 = [1, 2, 3], [7, 8]
-    assert r.pick(a1, 35, [0, 0, 0], 0.0) == 0  # nothing matched: least loaded, first on ties
-    assert r.pick(b1, 25, [1, 0, 0], 1.0) == 1
+    assert r.pick(a1, 35, [0, 0, 0], 0.0, 0) == 0  # nothing matched: least loaded, first on ties
+    assert r.pick(b1, 25, [1, 0, 0], 1.0, 0) == 1
     # the session's next turns extend its prefix: its node, however loaded, while the fleet is balanced
-    assert r.pick([1, 2, 3, 4], 45, [60, 1, 0], 2.0) == 0
-    assert r.pick([1, 2, 3, 4, 5, 6], 65, [64, 0, 0], 3.0) == 0  # 64 - 0 is not > 64
-    assert r.pick([7, 8, 9], 35, [5, 5, 0], 4.0) == 1
+    assert r.pick([1, 2, 3, 4], 45, [60, 1, 0], 2.0, 0) == 0
+    assert r.pick([1, 2, 3, 4, 5, 6], 65, [64, 0, 0], 3.0, 0) == 0  # 64 - 0 is not > 64
+    assert r.pick([7, 8, 9], 35, [5, 5, 0], 4.0, 0) == 1
     assert r.stats == {"imbalanced": 0, "matched": 3, "unmatched": 2, "evicted_keys": 0}
 
 
 def test_cache_aware_match_rate_must_exceed_the_threshold():
     r = CacheAware(2, block_tokens=10)
-    r.pick([1, 2, 3], 30, [0, 0], 0.0)  # node 0
-    assert r.pick([1, 5, 6, 7], 40, [1, 0], 1.0) == 1  # 10/40 = 0.25: least loaded, not the matched node
-    assert r.pick([1, 2, 3, 11, 12, 13, 14, 15, 16, 17], 100, [1, 0], 2.0) == 1  # 30/100 = 0.3: not > 0.3
-    assert r.pick([1, 2, 3, 21], 40, [1, 0], 3.0) == 1  # 0.75: the newest tenant of key 3 is node 1 now
+    r.pick([1, 2, 3], 30, [0, 0], 0.0, 0)  # node 0
+    assert r.pick([1, 5, 6, 7], 40, [1, 0], 1.0, 0) == 1  # 10/40 = 0.25: least loaded, not the matched node
+    assert r.pick([1, 2, 3, 11, 12, 13, 14, 15, 16, 17], 100, [1, 0], 2.0, 0) == 1  # 30/100 = 0.3: not > 0.3
+    assert r.pick([1, 2, 3, 21], 40, [1, 0], 3.0, 0) == 1  # 0.75: the newest tenant of key 3 is node 1 now
     r.insert([1, 2, 3], 0)
     assert r.match([1, 2, 3, 22]) == (3, 0)
 
@@ -102,7 +103,7 @@ def test_cache_aware_match_rate_must_exceed_the_threshold():
 def test_imbalance_rule_triggers_at_the_documented_thresholds(loads, imbalanced):
     r = CacheAware(2, block_tokens=10)
     r.insert([1, 2, 3], 0)
-    node = r.pick([1, 2, 3, 4], 40, loads, 1.0)
+    node = r.pick([1, 2, 3, 4], 40, loads, 1.0, 0)
     assert r.is_imbalanced(loads) is imbalanced
     assert node == (loads.index(min(loads)) if imbalanced else 0)
     assert r.stats["imbalanced"] == int(imbalanced)
@@ -112,11 +113,11 @@ def test_imbalance_rule_triggers_at_the_documented_thresholds(loads, imbalanced)
 def test_cache_aware_eviction_removes_each_nodes_oldest_leaves_first():
     cfg = CacheAwareConfig(max_tree_chars=4 * 10 * 4, chars_per_token=4.0, eviction_interval_s=60.0)  # 4 blocks
     r = CacheAware(2, block_tokens=10, config=cfg)
-    r.pick([1, 2, 3], 30, [0, 0], 0.0)  # node 0: 1, 2, 3
-    r.pick([1, 2, 3, 4, 5], 50, [0, 0], 1.0)  # node 0 now holds 5 blocks, over 4
-    r.pick([9], 10, [0, 0], 59.0)  # before the eviction time: nothing evicted
+    r.pick([1, 2, 3], 30, [0, 0], 0.0, 0)  # node 0: 1, 2, 3
+    r.pick([1, 2, 3, 4, 5], 50, [0, 0], 1.0, 0)  # node 0 now holds 5 blocks, over 4
+    r.pick([9], 10, [0, 0], 59.0, 0)  # before the eviction time: nothing evicted
     assert r.tree_tokens(0) == 60 and r.stats["evicted_keys"] == 0
-    r.pick([8], 10, [1, 0], 61.0)  # the eviction runs first: node 0 loses its least recent leaf 5, then 4
+    r.pick([8], 10, [1, 0], 61.0, 0)  # the eviction runs first: node 0 loses its least recent leaf 5, then 4
     assert r.stats["evicted_keys"] == 2 and not r.holds(5) and not r.holds(4) and r.holds(9)
     assert r.match([1, 2, 3, 4, 5]) == (3, 0)  # prefix-closed: the path above the leaves is intact
     assert r.next_eviction_s == 120.0
@@ -124,20 +125,20 @@ def test_cache_aware_eviction_removes_each_nodes_oldest_leaves_first():
 
 def test_round_robin_and_random_spread():
     rr = make_router("round_robin", 3, BT)
-    assert [rr.pick([1], 10, [0, 0, 0], 0.0) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-    picks = [make_router("random", 4, BT, seed=7).pick([1], 10, [0] * 4, 0.0) for _ in range(3)]
+    assert [rr.pick([1], 10, [0, 0, 0], 0.0, 0) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    picks = [make_router("random", 4, BT, seed=7).pick([1], 10, [0] * 4, 0.0, 0) for _ in range(3)]
     assert len(set(picks)) == 1  # seeded: repeatable
     r = make_router("random", 4, BT, seed=7)
     counts = [0] * 4
     for _ in range(400):
-        counts[r.pick([1], 10, [0] * 4, 0.0)] += 1
+        counts[r.pick([1], 10, [0] * 4, 0.0, 0)] += 1
     assert min(counts) > 70
 
 
 @pytest.mark.parametrize(("kw", "message"), [
     ({"nodes": 0}, "--nodes 0: must be"),
     ({"nodes": -2}, "--nodes -2: must be"),
-    ({"router": "least_load"}, "--router 'least_load': choose one of cache_aware, round_robin, random"),
+    ({"router": "least_load"}, "--router 'least_load': choose one of cache_aware, round_robin, random, session"),
 ])
 def test_bad_fleet_settings_name_the_flag_and_value(kw, message):
     with pytest.raises(RoutingError, match=message):
@@ -167,3 +168,14 @@ def test_cli_prints_the_fleet_and_per_node_tables(capsys, tmp_path):
     d = json.loads(out.read_text())
     assert d["config"]["nodes"] == 2 and d["config"]["router"] == "round_robin"
     assert [len(f["per_node"]) for f in d["fleet"]] == [2] and d["fleet"][0]["router"] == "round_robin"
+
+
+def test_session_routing_keeps_each_session_on_one_node_and_spreads_the_sessions(weka):
+    """The WEKA sessions of the hour on 3 nodes, none idle long enough to stop counting: no request changes node."""
+    sessions, starts = weka
+    fleet = FleetSettings(3, "session", session=AffinityConfig(idle_s=3600.0))
+    res = fleet_replay(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, fleet)
+    assert res.fleet["moved_requests"] == 0 and res.fleet["router"] == "session"
+    stats = res.fleet["router_stats"]
+    assert 0 < stats["placed"] <= len(sessions) and stats["placed"] + stats["stayed"] == res.metrics["requests"]
+    assert all(n["requests"] > 0 for n in res.per_node)

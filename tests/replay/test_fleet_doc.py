@@ -1,30 +1,65 @@
-"""docs/fleet.md's tables are `scripts/fleet_table.py --json` output, not hand-copied (issue 28 item 3).
+"""docs/fleet.md's tables are ``saria-fleet-table --json`` output, not hand-copied, and the JSON's fleet
+numbers are what its per-node records give.
 
-Every block the doc marks as generated (``<!-- fleet:NAME -->``) must equal the rendering of
-docs/data/fleet.json, which the same run wrote."""
+Every block the doc marks as generated (``<!-- PREFIX:NAME -->``) must equal the rendering of the JSON
+that prefix names (the same run wrote both); the fleet-wide figures the tables show (busiest and mean
+drive, busiest node) are recomputed here from the raw per-node records, and the session router's
+constants from its sweep on WEKA sessions 1-175."""
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fleet_table  # noqa: E402
+import numpy as np
+import pytest
 
-sys.path.pop(0)
+from sglang_saria.replay import fleet_table
+from sglang_saria.session_affinity import AffinityConfig
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+# doc prefix -> the JSON its blocks are rendered from, and the blocks it has
+JSONS = {
+    "fleet": ("fleet.json", {"setup", "main", "nodes", "shared"}),
+    "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
+    "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
+    "sweep": ("fleet_session_sweep.json", {"sweep"}),
+    "eps01": ("fleet_session_eps01.json", {"targets"}),
+}
 
 
-def test_every_generated_table_is_the_json_rendered():
-    doc = json.loads((DOCS / "data" / "fleet.json").read_text())
-    blocks = fleet_table.doc_blocks((DOCS / "fleet.md").read_text())
-    assert set(blocks) == set(fleet_table.DOC_TABLES)
-    for name, text in blocks.items():
-        assert text == fleet_table.DOC_TABLES[name](doc), f"docs/fleet.md block {name!r} differs from docs/data/fleet.json"
+def load(name: str) -> dict:
+    return json.loads((DOCS / "data" / name).read_text())
+
+
+@pytest.mark.parametrize("prefix", JSONS)
+def test_every_generated_table_is_the_json_rendered(prefix):
+    name, tables = JSONS[prefix]
+    doc = load(name)
+    blocks = fleet_table.doc_blocks((DOCS / "fleet.md").read_text(), prefix)
+    assert set(blocks) == tables
+    for table, text in blocks.items():
+        assert text == fleet_table.DOC_TABLES[table](doc), f"docs/fleet.md block {prefix}:{table} differs from {name}"
+
+
+def records(doc: dict) -> list[dict]:
+    return [r for part in doc.get("sweep", [doc]) for r in part["records"]]
+
+
+@pytest.mark.parametrize("prefix", JSONS)
+def test_fleet_numbers_are_the_per_node_records(prefix):
+    for r in records(load(JSONS[prefix][0])):
+        f, nodes = r["fleet"], r["per_node"]
+        dwpd = [n["dwpd"] for n in nodes]
+        reqs = [n["requests"] for n in nodes]
+        assert len(nodes) == r["nodes"] and sum(reqs) == r["metrics"]["requests"]
+        assert f["dwpd_per_drive_max"] == max(dwpd) and f["dwpd_per_drive_mean"] == pytest.approx(np.mean(dwpd))
+        assert f["requests_max_over_mean"] == pytest.approx(max(reqs) / np.mean(reqs))
+        assert f["prefill_max_over_mean"] == pytest.approx(
+            max(n["prefill_tokens"] for n in nodes) / np.mean([n["prefill_tokens"] for n in nodes]))
+        assert sum(n["ssd_write_bytes"] for n in nodes) == r["metrics"]["ssd_write_bytes"]
 
 
 def test_the_json_covers_1_to_8_nodes_three_routers_both_models_over_the_same_requests():
-    doc = json.loads((DOCS / "data" / "fleet.json").read_text())
+    doc = load("fleet.json")
     recs = doc["records"]
     assert doc["sessions"] == 350
     assert {r["model"] for r in recs} == set(fleet_table.MODELS)
@@ -33,15 +68,43 @@ def test_the_json_covers_1_to_8_nodes_three_routers_both_models_over_the_same_re
         for policy in fleet_table.POLICIES:
             rows = [r for r in recs if (r["model"], r["policy"]) == (model, policy)]
             assert {(r["nodes"], r["router"]) for r in rows if r["nodes"] > 1} == {
-                (n, rt) for n in fleet_table.NODES if n > 1 for rt in fleet_table.ROUTERS}
+                (n, rt) for n in fleet_table.NODES if n > 1 for rt in ("cache_aware", "round_robin", "random")}
             assert len({(r["metrics"]["requests"], r["metrics"]["request_set"]) for r in rows}) == 1
-            for r in rows:
-                assert len(r["per_node"]) == r["nodes"]
-                assert sum(n["requests"] for n in r["per_node"]) == r["metrics"]["requests"]
 
 
-def test_update_doc_rewrites_only_the_marked_blocks():
+def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_the_shipped_constants():
+    shipped = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s}
+    for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175)):
+        doc = load(name)
+        assert (doc["sessions"], doc["skip_sessions"]) == (sessions, skip)
+        assert {k: doc["session_router"][k] for k in shipped} == shipped
+        fleets = {(r["model"], r["policy"], r["nodes"], r["router"]) for r in doc["records"] if r["nodes"] > 1}
+        assert fleets == {(m, p, n, rt) for m in fleet_table.MODELS for p in ("eviction:E2", "auto")
+                          for n in (4, 8) for rt in ("cache_aware", "session")}
+        for model in fleet_table.MODELS:
+            rows = [r["metrics"] for r in doc["records"] if r["model"] == model]
+            assert len({(m["requests"], m["request_set"]) for m in rows}) == 1
+
+
+def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
+    doc = load("fleet_session_sweep.json")
+    assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
+    chosen = fleet_table.chosen_setting(doc)
+    assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
+
+
+def test_update_doc_rewrites_only_the_marked_blocks_of_its_prefix():
     doc = {"sessions": 1, "records": []}
-    text = "intro\n<!-- fleet:shared -->\nold\n<!-- /fleet -->\noutro\n"
+    text = "intro\n<!-- fleet:shared -->\nold\n<!-- /fleet -->\n<!-- session:shared -->\nkept\n<!-- /session -->\noutro\n"
     out = fleet_table.update_doc(text, doc)
-    assert out.startswith("intro\n<!-- fleet:shared -->\n| model |") and out.endswith("<!-- /fleet -->\noutro\n")
+    assert out.startswith("intro\n<!-- fleet:shared -->\n| model |")
+    assert out.endswith("<!-- /fleet -->\n<!-- session:shared -->\nkept\n<!-- /session -->\noutro\n")
+
+
+def test_a_recorded_session_row_is_what_the_replay_gives_now():
+    """The 350-session table's qwen3-8b E2 8-node session row, replayed again: the same record."""
+    doc = load("fleet_session.json")
+    want = next(r for r in doc["records"] if (r["model"], r["policy"], r["nodes"], r["router"]) ==
+                ("qwen3-8b", "eviction:E2", 8, "session"))
+    got = fleet_table.run_one("qwen3-8b", "eviction:E2", 8, "session", fleet_table.Workload(350, 0))
+    assert json.loads(json.dumps(got)) == want

@@ -1,0 +1,184 @@
+"""Session-affine routing with bounded load: which node serves a session's next request.
+
+One policy core, two drivers: the fleet replay (``replay/routing.py``, ``--router session``) and
+the cluster launcher's session router (``cluster/session_router.py``, ``--policy session``) both
+ask ``SessionAffinity.pick`` and do what it returns.
+
+Why: a session's KV (DRAM and SSD) lives on the node that served its last turn, so a session
+that changes node recomputes its prefix and, under full duplicate, writes it again to the new
+node's drive. A router that keeps sessions in place but places new ones on the first idle node
+(sglang-router's ``cache_aware``) piles them on few nodes, whose drives then wear first; one that
+spreads requests (``round_robin``) moves nearly every request. This keeps each session on one node
+and bounds every node's share of the active sessions.
+
+The rule (consistent hashing with bounded loads, Mirrokni, Thorup and Zadimoghaddam, SODA 2018,
+with sticky assignment):
+
+- A session is *active* from a request until ``idle_s`` without one; each active session counts
+  on the node that served its last request. With ``m = (A + 1) / L`` the mean, where ``A`` counts
+  the other active sessions and ``L`` the live nodes, the bound is ``ceil(m) + floor(eps x m)``
+  active sessions per node: at most ``(1 + eps) x m`` rounded up (the paper's bound), and the slack
+  above the mean only in whole sessions, so 6 sessions on 3 nodes are held to 2 each.
+- A session goes back to its node (the one that served its previous request, active or not) if
+  that node is alive and below the bound; it moves only when that node is dead or at the bound.
+- A new or moving session walks the hash ring from its key (``vnodes`` points per node, so a dead
+  node's sessions spread over all the others instead of landing on its neighbour) and takes the
+  first live node below the bound (one always exists, as ``L x bound >= A + 1``) whose drive has
+  written at most ``(1 + eps)`` x the live drives' mean, when the driver knows the drives' writes;
+  if none has, the least worn node below the bound. A fleet's endurance is its busiest drive's, and
+  a drive writes when its node's DRAM overflows, which a session count alone does not foresee
+  (sessions differ in size by orders of magnitude): new sessions go where the drives wore least.
+- A session that left a dead node (a guest where it went) returns to it once it is alive again, if
+  it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
+  sessions and the guests is over the bound until the guests leave, and its own sessions stay.
+
+The key is whatever identifies a session to the driver (the saria session id, a routing-key
+header, or a prefix hash); it is hashed with xxh64, so placement is the same in every process.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+
+class AffinityError(ValueError):
+    """Bad session-affinity settings, or no live node to route to; the message names the value."""
+
+
+@dataclass(frozen=True)
+class AffinityConfig:
+    """The policy's constants (chosen on WEKA sessions 1-175, docs/fleet.md)."""
+
+    eps: float = 0.25  # a node holds at most ceil(m) + floor(eps x m) active sessions, m their mean per live node
+    idle_s: float = 1800.0  # a session without a request for this long stops counting as active
+    vnodes: int = 64  # ring points per node
+    max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
+
+    def validate(self) -> "AffinityConfig":
+        if not self.eps > 0:
+            raise AffinityError(f"session eps {self.eps}: must be > 0")
+        if not self.idle_s > 0:
+            raise AffinityError(f"session idle_s {self.idle_s}: must be > 0")
+        if self.vnodes < 1 or self.max_sessions < 1:
+            raise AffinityError(f"session vnodes {self.vnodes} / max_sessions {self.max_sessions}: must be >= 1")
+        return self
+
+
+def key_hash(key: Hashable) -> int:
+    """A stable 64-bit hash of a session key (the same in every process, unlike ``hash``)."""
+    return xxhash.xxh64_intdigest(str(key).encode())
+
+
+class SessionAffinity:
+    """The sticky, bounded-load placement of sessions on ``n_nodes`` nodes (module docstring).
+
+    ``pick`` is the only entry point; ``stats`` counts its decisions: ``placed`` (a session's first
+    request), ``stayed``, ``moved_bound`` (its node was at the bound), ``moved_dead`` (its node was
+    dead), ``returned`` (back to the node it left when that node died).
+    """
+
+    def __init__(self, n_nodes: int, config: AffinityConfig = AffinityConfig()) -> None:
+        if n_nodes < 1:
+            raise AffinityError(f"nodes {n_nodes}: must be >= 1")
+        self.n_nodes = n_nodes
+        self.cfg = config.validate()
+        points = sorted((key_hash(f"node-{i}-{v}"), i) for i in range(n_nodes) for v in range(config.vnodes))
+        self.ring_hashes = [h for h, _ in points]
+        self.ring_nodes = [i for _, i in points]
+        self.active: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()  # key -> (node, last request), oldest first
+        self.count = [0] * n_nodes  # active sessions per node
+        self.guests = [0] * n_nodes  # of which displaced from a dead node
+        self.home: OrderedDict[Hashable, int] = OrderedDict()  # key -> node of its last request, least recent first
+        self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
+        self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_dead": 0, "returned": 0}
+
+    def preference(self, key: Hashable) -> list[int]:
+        """The nodes in the order the key's ring walk meets them."""
+        i = bisect.bisect(self.ring_hashes, key_hash(key))
+        order: list[int] = []
+        n = len(self.ring_nodes)
+        for j in range(n):
+            node = self.ring_nodes[(i + j) % n]
+            if node not in order:
+                order.append(node)
+                if len(order) == self.n_nodes:
+                    break
+        return order
+
+    def expire(self, now: float) -> None:
+        """Sessions idle for ``idle_s`` stop counting on their node (their node is still remembered)."""
+        limit = now - self.cfg.idle_s
+        while self.active:
+            key, (node, t) = next(iter(self.active.items()))
+            if t > limit:
+                break
+            self.active.popitem(last=False)
+            self.count[node] -= 1
+            self.guests[node] -= key in self.displaced
+
+    def bound(self, alive: Sequence[bool]) -> int:
+        """The most active sessions a node may hold once the session being placed is counted."""
+        mean = (len(self.active) + 1) / sum(alive)
+        return math.ceil(mean) + math.floor(self.cfg.eps * mean)
+
+    def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> int:
+        """A new or moving session's node: the first on its ring walk that is alive, below the session
+        bound and, when ``wear`` is given, whose drive has written at most (1 + eps) x the live drives'
+        mean; if no node below the session bound is, the least worn of them."""
+        open_nodes = [n for n in self.preference(key) if alive[n] and self.count[n] < cap]
+        if wear is None:
+            return open_nodes[0]
+        limit = (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
+        return next((n for n in open_nodes if wear[n] <= limit), min(open_nodes, key=wear.__getitem__))
+
+    def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None,
+             wear: Sequence[float] | None = None) -> int:
+        """The node for a request of session ``key`` at ``now``; ``alive[i]`` False: node i is dead;
+        ``wear[i]``: what node i's drive has written so far (any unit; None: not known)."""
+        alive = alive if alive is not None else [True] * self.n_nodes
+        if len(alive) != self.n_nodes:
+            raise AffinityError(f"{len(alive)} liveness flags for {self.n_nodes} nodes")
+        if not any(alive):
+            raise AffinityError(f"no live node among {self.n_nodes}")
+        self.expire(now)
+        entry = self.active.pop(key, None)
+        back = self.displaced.get(key)
+        if entry is not None:
+            self.count[entry[0]] -= 1
+            self.guests[entry[0]] -= back is not None
+        cap = self.bound(alive)
+        count = self.count
+        current = entry[0] if entry is not None else self.home.get(key)
+        if back is not None and alive[back] and count[back] < cap:
+            node, kind = back, "returned"
+            del self.displaced[key]
+        elif current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap:
+            node, kind = current, "stayed"
+        else:
+            node = self.place(key, alive, cap, wear)
+            if current is None:
+                kind = "placed"
+            elif not alive[current]:
+                kind = "moved_dead"
+                self.displaced.setdefault(key, current)
+            else:
+                kind = "moved_bound"
+        if node == back:
+            self.displaced.pop(key, None)
+        self.stats[kind] += 1
+        self.active[key] = (node, now)
+        count[node] += 1
+        self.guests[node] += key in self.displaced
+        self.home[key] = node
+        self.home.move_to_end(key)
+        if len(self.home) > self.cfg.max_sessions:
+            old, _ = self.home.popitem(last=False)
+            if old not in self.active:
+                self.displaced.pop(old, None)
+        return node

@@ -1,0 +1,104 @@
+"""The session-affine, bounded-load core (``sglang_saria/session_affinity.py``) that the fleet replay
+and the cluster's session router both run."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from sglang_saria.session_affinity import AffinityConfig, AffinityError, SessionAffinity
+
+
+def test_a_session_stays_on_its_node_while_it_is_below_the_bound():
+    s = SessionAffinity(4)
+    first = {k: s.pick(k, 0.0) for k in range(12)}
+    for t in range(1, 30):
+        for k in range(12):
+            assert s.pick(k, float(t)) == first[k]
+    assert s.stats["placed"] == 12 and s.stats["stayed"] == 12 * 29
+    assert s.stats["moved_bound"] == s.stats["moved_dead"] == 0
+
+
+@pytest.mark.parametrize(("nodes", "sessions", "eps"), [(3, 6, 0.25), (4, 40, 0.25), (8, 100, 0.1), (8, 9, 0.5)])
+def test_no_node_holds_more_than_the_bound_of_active_sessions(nodes, sessions, eps):
+    s = SessionAffinity(nodes, AffinityConfig(eps=eps))
+    for k in range(sessions):
+        s.pick(f"session-{k}", float(k))
+        assert max(s.count) <= math.ceil((1 + eps) * (k + 1) / nodes)
+    assert sum(s.count) == sessions
+
+
+def test_six_sessions_on_three_nodes_spread_two_two_two():
+    s = SessionAffinity(3, AffinityConfig(eps=0.25))
+    placed = Counter(s.pick(f"agent-{k}", 0.0) for k in range(6))
+    assert sorted(placed.values()) == [2, 2, 2]  # ceil(2) + floor(0.25 x 2): 2 each
+
+
+def test_an_idle_session_stops_counting_and_returns_to_its_node_if_it_is_below_the_bound():
+    s = SessionAffinity(2, AffinityConfig(eps=0.5, idle_s=10.0))
+    node = s.pick("a", 0.0)
+    s.pick("b", 1.0)
+    assert sum(s.count) == 2
+    s.expire(11.5)  # a idle for 11.5 s, b for 10.5 s
+    assert sum(s.count) == 0 and s.home["a"] == node
+    assert s.pick("a", 12.0) == node and s.stats["stayed"] == 1
+
+
+def test_a_session_moves_only_when_its_node_is_at_the_bound():
+    s = SessionAffinity(3, AffinityConfig(eps=0.1, idle_s=10.0))
+    home = s.pick("x", 0.0)
+    assert s.pick("x", 5.0) == home  # alone and active: stays
+    s.expire(20.0)  # x idle; another session whose ring walk starts at x's node takes it
+    other = next(k for k in (f"o{i}" for i in range(500)) if s.preference(k)[0] == home)
+    assert s.pick(other, 20.0) == home
+    node = s.pick("x", 21.0)  # bound ceil(2 / 3) + floor(0.1 x 2 / 3) = 1, held by the other
+    assert node != home and s.stats["moved_bound"] == 1
+    assert s.pick("x", 22.0) == node and s.stats["stayed"] == 2
+
+
+def test_a_dead_nodes_sessions_spread_over_the_others_and_come_back_when_it_returns():
+    s = SessionAffinity(4, AffinityConfig(eps=0.25))
+    keys = [f"s{k}" for k in range(40)]
+    home = {k: s.pick(k, 0.0) for k in keys}
+    dead = Counter(home.values()).most_common(1)[0][0]
+    alive = [n != dead for n in range(4)]
+    victims = [k for k in keys if home[k] == dead]
+    moved = {k: s.pick(k, 1.0, alive) for k in victims}
+    assert dead not in moved.values() and len(set(moved.values())) >= 2  # spread, not onto one neighbour
+    assert s.stats["moved_dead"] == len(victims)
+    for k in keys:  # everyone else stayed
+        if k not in victims:
+            assert s.pick(k, 1.0, alive) == home[k]
+    assert max(s.count) <= math.ceil(1.25 * 40 / 3)
+    back = {k: s.pick(k, 2.0) for k in victims}  # the node is alive again
+    assert all(node == dead for node in back.values()) and s.stats["returned"] == len(victims)
+
+
+def test_bad_settings_and_no_live_node_are_clear_errors():
+    with pytest.raises(AffinityError, match="eps 0"):
+        SessionAffinity(2, AffinityConfig(eps=0))
+    with pytest.raises(AffinityError, match="nodes 0"):
+        SessionAffinity(0)
+    s = SessionAffinity(2)
+    with pytest.raises(AffinityError, match="no live node among 2"):
+        s.pick("a", 0.0, [False, False])
+    with pytest.raises(AffinityError, match="3 liveness flags for 2 nodes"):
+        s.pick("a", 0.0, [True, True, True])
+
+
+def test_placement_is_the_same_in_every_process():
+    a, b = SessionAffinity(8), SessionAffinity(8)
+    assert [a.pick(f"k{i}", 0.0) for i in range(50)] == [b.pick(f"k{i}", 0.0) for i in range(50)]
+    assert sorted(a.preference("conversation-1")) == list(range(8))  # the walk meets every node once
+
+
+def test_new_sessions_avoid_the_most_worn_drive_within_the_session_bound():
+    s = SessionAffinity(4, AffinityConfig(eps=0.25))
+    keys = [k for k in (f"n{i}" for i in range(500)) if s.preference(k)[0] == 2][:3]
+    wear = [10.0, 10.0, 100.0, 10.0]  # node 2 wrote 100 against a mean of 32.5: above 1.25 x the mean
+    placed = [s.pick(k, float(i), wear=wear) for i, k in enumerate(keys)]
+    assert 2 not in placed  # their ring walks start at node 2
+    assert s.pick(keys[0], 10.0, wear=[10.0, 10.0, 10.0, 100.0]) == placed[0]  # an active session stays
+    # node 1 wrote beyond 1.1 x the mean: node 0, wherever the ring walk starts
+    t = SessionAffinity(2, AffinityConfig(eps=0.1))
+    assert t.pick("x", 0.0, alive=[True, True], wear=[5.0, 50.0]) == 0
