@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from fidelity_figures import PAPER_FIGURES
-from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_rows, md_table, rel,
-                           rel_same)
+from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_grades, format_rows,
+                           md_table, rel, rel_same)
 from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
@@ -292,8 +292,14 @@ FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": 
 
 # docs/fidelity.md holds each table between ``<!-- fidelity:NAME -->`` and ``<!-- /fidelity -->``;
 # ``--update-doc`` rewrites them from the JSON, and a test checks the doc against docs/data/fidelity.json.
+def doc_rows(doc: dict) -> list[Row]:
+    """The claims of a run's JSON as ``Row``s."""
+    return [Row(**{k: v for k, v in r.items() if k != "same_direction"}) for r in doc["rows"]]
+
+
 DOC_TABLES: dict[str, Callable[[dict], str]] = {
-    "rows": lambda doc: format_rows([Row(**{k: v for k, v in r.items() if k != "same_direction"}) for r in doc["rows"]]),
+    "rows": lambda doc: format_rows(doc_rows(doc)),
+    "grades": lambda doc: format_grades(doc_rows(doc)),
     "target": lambda doc: format_target(doc["e3_target"]),
     "bound": lambda doc: format_bound(doc["oracle_bound"]),
     "mechanism": lambda doc: format_mechanism(doc["mechanism"]),

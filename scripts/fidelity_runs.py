@@ -33,6 +33,10 @@ NOMINAL_TPS = ReplaySettings.prefill_tokens_per_s  # paper 5.1: "advances at 6,5
 PAPER_FD_WRITES_MAX_C = 1.0 / (1.0 - 0.782)
 
 
+# agreement grades of a relative row, tightest first: the replay's magnitude within this factor of the paper's
+GRADES = (("1.25x", 1.25), ("2x", 2.0))
+
+
 @dataclass(frozen=True)
 class Row:
     """One claim: the paper's number and the replay's, as relative changes (or fractions)."""
@@ -49,6 +53,20 @@ class Row:
         if self.baseline_relative:
             return (self.paper > 0) == (self.replay > 0)
         return True  # fractions (e.g. writes never read) are compared by value in the table
+
+    @property
+    def grade(self) -> str:
+        """How far a relative row agrees with the paper: "no" (opposite sign), "sign" (same sign,
+        magnitudes more than 2x apart), "2x" (within 2x of the paper's magnitude), "1.25x" (within
+        1.25x); "-" for an absolute fraction."""
+        if not self.baseline_relative:
+            return "-"
+        if not self.same_direction:
+            return "no"
+        for grade, factor in GRADES:
+            if self.paper and 1 / factor <= abs(self.replay / self.paper) <= factor:
+                return grade
+        return "sign"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "same_direction": self.same_direction}
@@ -132,9 +150,25 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def format_rows(rows: list[Row]) -> str:
-    """The claims table (kept in docs/fidelity.md)."""
-    def same(r: Row) -> str:
-        return "-" if not r.baseline_relative else ("yes" if r.same_direction else "**no**")
+    """The claims table (kept in docs/fidelity.md), each relative row graded (``Row.grade``)."""
+    def grade(r: Row) -> str:
+        return "**no**" if r.grade == "no" else r.grade
 
-    return md_table(["fig", "claim", "paper", "replay", "same direction", "note"],
-                    [[r.figure, r.claim, f"{r.paper:+.1%}", f"{r.replay:+.1%}", same(r), r.note] for r in rows])
+    return md_table(["fig", "claim", "paper", "replay", "agreement", "note"],
+                    [[r.figure, r.claim, f"{r.paper:+.1%}", f"{r.replay:+.1%}", grade(r), r.note] for r in rows])
+
+
+def grade_counts(rows: list[Row]) -> dict[str, int]:
+    """Relative rows, and of them those that agree in sign, within 2x and within 1.25x (each grade
+    counts the tighter ones too)."""
+    graded = [r.grade for r in rows if r.baseline_relative]
+    return {"relative rows": len(graded), "same sign": sum(g != "no" for g in graded),
+            "within 2x": sum(g in ("2x", "1.25x") for g in graded), "within 1.25x": graded.count("1.25x")}
+
+
+def format_grades(rows: list[Row]) -> str:
+    """The agreement summary (kept in docs/fidelity.md): how many relative rows reach each grade."""
+    counts = grade_counts(rows)
+    n = counts["relative rows"]
+    return md_table(["agreement with the paper", "rows", "of relative rows"],
+                    [[k, str(v), f"{v / n:.0%}" if n else "-"] for k, v in counts.items()])
