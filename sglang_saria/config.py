@@ -94,10 +94,11 @@ class MetadataConfig:
     # where a hybrid model keeps GDN checkpoints (the replay; the server's tree decides for itself):
     # "sglang": as SGLang 0.5.23's `--mamba-radix-cache-strategy extra_buffer` does, one state at the
     # end of each prefill chunk (on lcm(GDN_CHUNK_TOKENS, block_tokens) from the chunk's start) and at
-    # the branching point of a full-attention hit that runs past the last state; "grid": every
-    # checkpoint_tokens (paper 5.1); "prefix-end": one per computed prefix, at its last
+    # the branching point of a full-attention hit that runs past the last state (`saria-replay`'s
+    # default); "grid": every checkpoint_tokens (paper 5.1; the default here, which the committed doc
+    # data was generated with); "prefix-end": one per computed prefix, at its last
     # checkpoint_tokens-aligned block (SGLang without chunked prefill or branching points)
-    checkpoint_placement: str = "sglang"
+    checkpoint_placement: str = "grid"
     # "sglang" placement: SGLang's `--chunked-prefill-size` (tokens per prefill chunk of a request)
     prefill_chunk_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
 
