@@ -247,7 +247,8 @@ class WriteHistory:
         self.parent_on_ssd += parent_on_ssd
 
 
-def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3)) -> list[dict]:
+def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3),
+              placement: str = "grid") -> list[dict]:
     """Why writes rise with theta_E: rewrites, eviction counts at write, orphan writes, GPU load."""
     import statistics
 
@@ -261,7 +262,7 @@ def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int
     for rule, policy in setups:
         hist = WriteHistory({}, [])
         cfg = SariaConfig(admission=AdmissionConfig(policy=policy, rule=rule),
-                          metadata=MetadataConfig(block_tokens=bt)).validate()
+                          metadata=MetadataConfig(block_tokens=bt, checkpoint_placement=placement)).validate()
         res = replay(trace, starts, cfg, spec, settings, on_write=hist.hook)
         n = len(hist.e_at_write)
         st = res.core.stats
@@ -334,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run's --json")
     p.add_argument("--render-only", action="store_true",
                    help="replay nothing: rewrite --update-doc's tables from an existing --json file")
+    p.add_argument("--placement", choices=("grid", "sglang"), default="grid",
+                   help="a hybrid's GDN states: the paper's grid (every 16,384 tokens), or where SGLang 0.5.23 keeps them")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:
@@ -347,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [f for f in figs if f not in FIGURES]
     if unknown:
         p.error(f"--figures: unknown {unknown}; known: {', '.join(FIGURES)}")
-    run = Runner(progress=not args.no_progress)
+    run = Runner(progress=not args.no_progress, placement=args.placement)
     rows: list[Row] = []
     for f in tqdm(figs, desc="figures", disable=args.no_progress):
         fn = FIGURES[f]
@@ -365,13 +368,13 @@ def main(argv: list[str] | None = None) -> int:
         print(format_target(target))
         print()
         print(format_bound(bound))
-    mech = mechanism(args.sessions) if args.mechanism else []
+    mech = mechanism(args.sessions, placement=args.placement) if args.mechanism else []
     if mech:
         print()
         print(format_mechanism(mech))
     if args.json_path:
         with open(args.json_path, "w") as fh:
-            json.dump({"sessions": args.sessions, "anchor_sessions": anchor_sessions(run, args.sessions) if target else None,
+            json.dump({"sessions": args.sessions, "placement": args.placement, "anchor_sessions": anchor_sessions(run, args.sessions) if target else None,
                        "rows": [r.as_dict() for r in rows], "e3_target": target, "oracle_bound": bound,
                        "mechanism": mech}, fh, indent=2)
     if args.update_doc:

@@ -90,15 +90,25 @@ class Setup:
     dram_tokens: int = 1_000_000
     ssd_tokens: int = 10_000_000
     prefill_tps: float = NOMINAL_TPS
+    placement: str | None = None  # a hybrid's GDN states ("grid", "sglang"); None: the Runner's
 
 
 class Runner:
     """Replays setups, caching loaded traces and results (figures share baselines)."""
 
-    def __init__(self, progress: bool) -> None:
+    def __init__(self, progress: bool, placement: str = "grid") -> None:
         self._traces: dict[tuple, list] = {}
         self._results: dict[Setup, dict] = {}
         self.progress = progress
+        self.placement = placement  # of a Setup that names none: the paper's grid, or SGLang's ("sglang")
+
+    def resolve(self, s: Setup) -> Setup:
+        """``s`` as replayed: its placement set, the rule shared where it changes nothing."""
+        if s.placement is None:
+            s = replace(s, placement=self.placement)
+        if s.policy in ("none", "full-duplicate"):
+            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
+        return s
 
     def sessions(self, s: Setup) -> list:
         """The setup's sessions, loaded once per (trace, block size, count) for every figure."""
@@ -108,8 +118,7 @@ class Runner:
         return self._traces[key]
 
     def __call__(self, s: Setup) -> dict:
-        if s.policy in ("none", "full-duplicate"):
-            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
+        s = self.resolve(s)
         if s not in self._results:
             spec = get_model_spec(s.model)
             bt = spec.default_block_tokens
@@ -118,13 +127,13 @@ class Runner:
                                       prefill_tokens_per_s=s.prefill_tps)
             cfg = SariaConfig(
                 admission=AdmissionConfig(policy=s.policy, rule=s.rule),
-                metadata=MetadataConfig(block_tokens=bt),
+                metadata=MetadataConfig(block_tokens=bt, checkpoint_placement=s.placement),
                 promotion=PromotionConfig(mode=s.promotion, ratio=s.ratio),
                 transfer=TransferConfig(mode=s.transfer, planner=s.planner),
                 capacity=CapacityConfig(dram_tokens=s.dram_tokens, ssd_tokens=s.ssd_tokens),
             ).validate()
             label = (f"{s.model} {s.policy} {s.planner}/{s.transfer}/{s.promotion}{s.ratio:g} {s.window_h:g}h "
-                     f"{s.prefill_tps:.0f}tok/s")
+                     f"{s.prefill_tps:.0f}tok/s {s.placement}")
             res = replay(sessions, session_starts(sessions, settings.window_s, 0), cfg, spec, settings,
                          progress=self.progress, label=label)
             self._results[s] = res.metrics
