@@ -98,11 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, default=350)
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD")
+    p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    doc = measure(args.sessions, not args.no_progress)
+    if args.render_only and not (args.json_path and args.update_doc):
+        p.error("--render-only needs --json and --update-doc")
+    if args.render_only:
+        with open(args.json_path) as fh:
+            doc = json.load(fh)
+    else:
+        doc = measure(args.sessions, not args.no_progress)
     print(format_table(doc))
-    if args.json_path:
+    if args.json_path and not args.render_only:
         with open(args.json_path, "w") as fh:
             json.dump(doc, fh, indent=2)
     if args.update_doc:
