@@ -305,23 +305,29 @@ DOC_TABLES: dict[str, Callable[[dict], str]] = {
     "bound": lambda doc: format_bound(doc["oracle_bound"]),
     "mechanism": lambda doc: format_mechanism(doc["mechanism"]),
 }
-_BLOCK = re.compile(r"(<!-- fidelity:(\w+) -->\n)(.*?)(<!-- /fidelity -->)", re.S)
+# a run's tables are marked ``<!-- PREFIX:NAME -->``: "fidelity" for docs/data/fidelity.json's, others for
+# other runs of the script (e.g. "fidelity-sglang": the same replays with SGLang's GDN state placement)
+DOC_PREFIX = "fidelity"
 
 
-def doc_blocks(text: str) -> dict[str, str]:
+def _blocks(prefix: str) -> re.Pattern:
+    return re.compile(rf"(<!-- {re.escape(prefix)}:(\w+) -->\n)(.*?)(<!-- /{re.escape(prefix)} -->)", re.S)
+
+
+def doc_blocks(text: str, prefix: str = DOC_PREFIX) -> dict[str, str]:
     """The generated tables of a Markdown text, by name."""
-    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
+    return {m.group(2): m.group(3).rstrip("\n") for m in _blocks(prefix).finditer(text)}
 
 
-def update_doc(text: str, doc: dict) -> str:
-    """``text`` with every generated table rendered anew from ``doc`` (the JSON of a run)."""
+def update_doc(text: str, doc: dict, prefix: str = DOC_PREFIX) -> str:
+    """``text`` with every generated table of ``prefix`` rendered anew from ``doc`` (the JSON of a run)."""
     def fill(m: re.Match) -> str:
         name = m.group(2)
         if name not in DOC_TABLES:
             raise ValueError(f"unknown generated table {name!r}; known: {', '.join(DOC_TABLES)}")
         return f"{m.group(1)}{DOC_TABLES[name](doc)}\n{m.group(4)}"
 
-    return _BLOCK.sub(fill, text)
+    return _blocks(prefix).sub(fill, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -333,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD",
                    help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run's --json")
+    p.add_argument("--doc-prefix", default=DOC_PREFIX,
+                   help="--update-doc rewrites the tables marked <!-- PREFIX:NAME --> (default: fidelity)")
     p.add_argument("--render-only", action="store_true",
                    help="replay nothing: rewrite --update-doc's tables from an existing --json file")
     p.add_argument("--placement", choices=("grid", "sglang"), default="grid",
@@ -344,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         if not args.update_doc:
             p.error("--render-only needs --update-doc and --json")
-        render_doc(args.json_path, args.update_doc)
+        render_doc(args.json_path, args.update_doc, args.doc_prefix)
         return 0
     figs = [f.strip() for f in args.figures.split(",") if f.strip()]
     unknown = [f for f in figs if f not in FIGURES]
@@ -378,18 +386,18 @@ def main(argv: list[str] | None = None) -> int:
                        "rows": [r.as_dict() for r in rows], "e3_target": target, "oracle_bound": bound,
                        "mechanism": mech}, fh, indent=2)
     if args.update_doc:
-        render_doc(args.json_path, args.update_doc)
+        render_doc(args.json_path, args.update_doc, args.doc_prefix)
     return 0
 
 
-def render_doc(json_path: str, md_path: str) -> None:
-    """Rewrite the generated tables of ``md_path`` from the run saved at ``json_path``."""
+def render_doc(json_path: str, md_path: str, prefix: str = DOC_PREFIX) -> None:
+    """Rewrite the generated tables of ``md_path`` marked ``prefix`` from the run saved at ``json_path``."""
     with open(json_path) as fh:
         doc = json.load(fh)
     with open(md_path) as fh:
         text = fh.read()
     with open(md_path, "w") as fh:
-        fh.write(update_doc(text, doc))
+        fh.write(update_doc(text, doc, prefix))
 
 
 if __name__ == "__main__":

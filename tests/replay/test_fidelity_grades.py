@@ -7,6 +7,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import fidelity  # noqa: E402
 from fidelity_runs import Row  # noqa: E402
@@ -25,15 +27,27 @@ def recount(raw_rows: list[dict]) -> dict[str, int]:
             "within 2x": sum(0.5 <= q <= 2.0 for q in ratios), "within 1.25x": sum(0.8 <= q <= 1.25 for q in ratios)}
 
 
-def doc_counts(md: str) -> dict[str, int]:
-    table = fidelity.doc_blocks(md)["grades"]
+def doc_counts(md: str, prefix: str = "fidelity") -> dict[str, int]:
+    table = fidelity.doc_blocks(md, prefix)["grades"]
     return {cells[0]: int(cells[1]) for cells in (
         [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])}
 
 
-def test_the_docs_grade_counts_are_the_jsons_raw_values_recounted():
-    doc = json.loads((DOCS / "data" / "fidelity.json").read_text())
-    assert doc_counts((DOCS / "fidelity.md").read_text()) == recount(doc["rows"])
+@pytest.mark.parametrize(("data", "prefix"), [("fidelity.json", "fidelity"), ("fidelity-sglang.json", "fidelity-sglang")])
+def test_the_docs_grade_counts_are_the_jsons_raw_values_recounted(data, prefix):
+    doc = json.loads((DOCS / "data" / data).read_text())
+    assert doc_counts((DOCS / "fidelity.md").read_text(), prefix) == recount(doc["rows"])
+
+
+def test_sglangs_placement_changes_only_the_hybrid_rows_and_the_anchor_set():
+    grid, sglang = (json.loads((DOCS / "data" / f).read_text()) for f in ("fidelity.json", "fidelity-sglang.json"))
+    assert (grid.get("placement", "grid"), sglang["placement"]) == ("grid", "sglang")
+    assert [r["claim"] for r in grid["rows"]] == [r["claim"].replace(f"anchor: {sglang['anchor_sessions']} ", f"anchor: {grid['anchor_sessions']} ")
+                                                 for r in sglang["rows"]]
+    hybrid = ("qwen3.5", "anchor:")
+    for g, s in zip(grid["rows"], sglang["rows"]):
+        if not any(h in g["claim"] + g["note"] for h in hybrid):
+            assert s["replay"] == g["replay"], g["claim"]
 
 
 def test_each_rows_grade_in_the_doc_follows_from_its_paper_and_replay_values():

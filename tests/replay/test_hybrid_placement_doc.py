@@ -35,12 +35,13 @@ def test_each_anchor_is_its_rule_applied_to_the_scanned_writes():
         assert all(w <= BOUND_C for _, w in scan[:-1])
         k = scan[-1][0] - 10 if scan[-1][1] > BOUND_C else scan[-1][0]  # stopped at the first K above the bound
         assert got["anchor"] == k > 0, placement
-    # the grid is what docs/data/fidelity.json replays: the same anchor and the same full duplicate
-    fidelity = json.loads((DOCS / "data" / "fidelity.json").read_text())
-    grid = data["placements"]["grid"]
-    assert grid["anchor"] == fidelity["anchor_sessions"]
-    fd350 = next(t for t in fidelity["e3_target"] if t["model"] == "qwen3.5-9b" and t["setting"] == "stated load, 350 sessions")
-    assert grid["sets"]["350"]["full-duplicate"]["ssd_writes_norm"] == pytest.approx(fd350["fd_writes_norm"])
+    # each placement's scripts/fidelity.py run found the same anchor and the same full duplicate
+    for placement, name in (("grid", "fidelity.json"), ("sglang", "fidelity-sglang.json")):
+        fidelity = json.loads((DOCS / "data" / name).read_text())
+        got = data["placements"][placement]
+        assert got["anchor"] == fidelity["anchor_sessions"]
+        fd350 = next(t for t in fidelity["e3_target"] if t["model"] == "qwen3.5-9b" and t["setting"] == "stated load, 350 sessions")
+        assert got["sets"]["350"]["full-duplicate"]["ssd_writes_norm"] == pytest.approx(fd350["fd_writes_norm"])
 
 
 def test_every_ratio_in_the_doc_is_recomputed_from_the_raw_metrics():
