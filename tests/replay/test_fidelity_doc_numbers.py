@@ -85,3 +85,11 @@ def test_each_prose_number_is_the_jsons(index):
     assert len(phrases) == 11
     text = (DOCS / "fidelity.md").read_text()
     assert phrases[index] in text, f"docs/fidelity.md does not say {phrases[index]!r}"
+
+
+def test_the_readmes_anchor_and_volume_are_the_jsons():
+    doc = json.loads((DOCS / "data" / "fidelity.json").read_text())
+    fd350 = next(t for t in doc["e3_target"] if t["model"] == "qwen3.5-9b" and t["setting"] == "stated load, 350 sessions")
+    readme = " ".join((DOCS.parent / "README.md").read_text().split())
+    assert f"at least {math.floor(fd350['fd_writes_norm'] / PAPER_FD_MAX_C * 100) / 100:.2f}x the paper's KV volume" in readme
+    assert f"an anchor set (the first {doc['anchor_sessions']} sessions" in readme
