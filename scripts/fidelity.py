@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from fidelity_figures import PAPER_FIGURES
-from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_rows, md_table, rel,
-                           rel_same)
+from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_grades, format_rows,
+                           md_table, rel, rel_same)
 from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
@@ -247,7 +247,8 @@ class WriteHistory:
         self.parent_on_ssd += parent_on_ssd
 
 
-def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3)) -> list[dict]:
+def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3),
+              placement: str = "grid") -> list[dict]:
     """Why writes rise with theta_E: rewrites, eviction counts at write, orphan writes, GPU load."""
     import statistics
 
@@ -261,7 +262,7 @@ def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int
     for rule, policy in setups:
         hist = WriteHistory({}, [])
         cfg = SariaConfig(admission=AdmissionConfig(policy=policy, rule=rule),
-                          metadata=MetadataConfig(block_tokens=bt)).validate()
+                          metadata=MetadataConfig(block_tokens=bt, checkpoint_placement=placement)).validate()
         res = replay(trace, starts, cfg, spec, settings, on_write=hist.hook)
         n = len(hist.e_at_write)
         st = res.core.stats
@@ -292,29 +293,41 @@ FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": 
 
 # docs/fidelity.md holds each table between ``<!-- fidelity:NAME -->`` and ``<!-- /fidelity -->``;
 # ``--update-doc`` rewrites them from the JSON, and a test checks the doc against docs/data/fidelity.json.
+def doc_rows(doc: dict) -> list[Row]:
+    """The claims of a run's JSON as ``Row``s."""
+    return [Row(**{k: v for k, v in r.items() if k != "same_direction"}) for r in doc["rows"]]
+
+
 DOC_TABLES: dict[str, Callable[[dict], str]] = {
-    "rows": lambda doc: format_rows([Row(**{k: v for k, v in r.items() if k != "same_direction"}) for r in doc["rows"]]),
+    "rows": lambda doc: format_rows(doc_rows(doc)),
+    "grades": lambda doc: format_grades(doc_rows(doc)),
     "target": lambda doc: format_target(doc["e3_target"]),
     "bound": lambda doc: format_bound(doc["oracle_bound"]),
     "mechanism": lambda doc: format_mechanism(doc["mechanism"]),
 }
-_BLOCK = re.compile(r"(<!-- fidelity:(\w+) -->\n)(.*?)(<!-- /fidelity -->)", re.S)
+# a run's tables are marked ``<!-- PREFIX:NAME -->``: "fidelity" for docs/data/fidelity.json's, others for
+# other runs of the script (e.g. "fidelity-sglang": the same replays with SGLang's GDN state placement)
+DOC_PREFIX = "fidelity"
 
 
-def doc_blocks(text: str) -> dict[str, str]:
+def _blocks(prefix: str) -> re.Pattern:
+    return re.compile(rf"(<!-- {re.escape(prefix)}:(\w+) -->\n)(.*?)(<!-- /{re.escape(prefix)} -->)", re.S)
+
+
+def doc_blocks(text: str, prefix: str = DOC_PREFIX) -> dict[str, str]:
     """The generated tables of a Markdown text, by name."""
-    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
+    return {m.group(2): m.group(3).rstrip("\n") for m in _blocks(prefix).finditer(text)}
 
 
-def update_doc(text: str, doc: dict) -> str:
-    """``text`` with every generated table rendered anew from ``doc`` (the JSON of a run)."""
+def update_doc(text: str, doc: dict, prefix: str = DOC_PREFIX) -> str:
+    """``text`` with every generated table of ``prefix`` rendered anew from ``doc`` (the JSON of a run)."""
     def fill(m: re.Match) -> str:
         name = m.group(2)
         if name not in DOC_TABLES:
             raise ValueError(f"unknown generated table {name!r}; known: {', '.join(DOC_TABLES)}")
         return f"{m.group(1)}{DOC_TABLES[name](doc)}\n{m.group(4)}"
 
-    return _BLOCK.sub(fill, text)
+    return _blocks(prefix).sub(fill, text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -326,8 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD",
                    help="rewrite the generated tables of this Markdown file (docs/fidelity.md) from this run's --json")
+    p.add_argument("--doc-prefix", default=DOC_PREFIX,
+                   help="--update-doc rewrites the tables marked <!-- PREFIX:NAME --> (default: fidelity)")
     p.add_argument("--render-only", action="store_true",
                    help="replay nothing: rewrite --update-doc's tables from an existing --json file")
+    p.add_argument("--placement", choices=("grid", "sglang"), default="grid",
+                   help="a hybrid's GDN states: the paper's grid (every 16,384 tokens), or where SGLang 0.5.23 keeps them")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:
@@ -335,13 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         if not args.update_doc:
             p.error("--render-only needs --update-doc and --json")
-        render_doc(args.json_path, args.update_doc)
+        render_doc(args.json_path, args.update_doc, args.doc_prefix)
         return 0
     figs = [f.strip() for f in args.figures.split(",") if f.strip()]
     unknown = [f for f in figs if f not in FIGURES]
     if unknown:
         p.error(f"--figures: unknown {unknown}; known: {', '.join(FIGURES)}")
-    run = Runner(progress=not args.no_progress)
+    run = Runner(progress=not args.no_progress, placement=args.placement)
     rows: list[Row] = []
     for f in tqdm(figs, desc="figures", disable=args.no_progress):
         fn = FIGURES[f]
@@ -359,28 +376,28 @@ def main(argv: list[str] | None = None) -> int:
         print(format_target(target))
         print()
         print(format_bound(bound))
-    mech = mechanism(args.sessions) if args.mechanism else []
+    mech = mechanism(args.sessions, placement=args.placement) if args.mechanism else []
     if mech:
         print()
         print(format_mechanism(mech))
     if args.json_path:
         with open(args.json_path, "w") as fh:
-            json.dump({"sessions": args.sessions, "anchor_sessions": anchor_sessions(run, args.sessions) if target else None,
+            json.dump({"sessions": args.sessions, "placement": args.placement, "anchor_sessions": anchor_sessions(run, args.sessions) if target else None,
                        "rows": [r.as_dict() for r in rows], "e3_target": target, "oracle_bound": bound,
                        "mechanism": mech}, fh, indent=2)
     if args.update_doc:
-        render_doc(args.json_path, args.update_doc)
+        render_doc(args.json_path, args.update_doc, args.doc_prefix)
     return 0
 
 
-def render_doc(json_path: str, md_path: str) -> None:
-    """Rewrite the generated tables of ``md_path`` from the run saved at ``json_path``."""
+def render_doc(json_path: str, md_path: str, prefix: str = DOC_PREFIX) -> None:
+    """Rewrite the generated tables of ``md_path`` marked ``prefix`` from the run saved at ``json_path``."""
     with open(json_path) as fh:
         doc = json.load(fh)
     with open(md_path) as fh:
         text = fh.read()
     with open(md_path, "w") as fh:
-        fh.write(update_doc(text, doc))
+        fh.write(update_doc(text, doc, prefix))
 
 
 if __name__ == "__main__":

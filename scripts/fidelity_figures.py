@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def config_of(s: Setup, ext: Ext, block_tokens: int) -> SariaConfig:
     ingress, gds, dram = ext.bandwidth
     return SariaConfig(
         admission=AdmissionConfig(policy=s.policy, rule=s.rule),
-        metadata=MetadataConfig(block_tokens=block_tokens),
+        metadata=MetadataConfig(block_tokens=block_tokens, checkpoint_placement=s.placement),
         promotion=PromotionConfig(mode=s.promotion, ratio=s.ratio, bandwidth_cap=ext.promotion_capped),
         bandwidth=BandwidthConfig(ingress, gds, dram),
         transfer=TransferConfig(mode=s.transfer, planner=s.planner),
@@ -141,8 +141,7 @@ class Extended:
         return self._run().sessions(s)
 
     def __call__(self, s: Setup, ext: Ext) -> dict:
-        if s.policy in ("none", "full-duplicate"):
-            s = replace(s, rule="robust")  # as Runner: the rule only changes threshold policies
+        s = self._run().resolve(s)  # as Runner: its placement, the rule shared where it changes nothing
         if (s, ext) not in self.results:
             self.results[s, ext] = self._replay(s, ext)
         return self.results[s, ext]

@@ -33,6 +33,10 @@ NOMINAL_TPS = ReplaySettings.prefill_tokens_per_s  # paper 5.1: "advances at 6,5
 PAPER_FD_WRITES_MAX_C = 1.0 / (1.0 - 0.782)
 
 
+# agreement grades of a relative row, tightest first: the replay's magnitude within this factor of the paper's
+GRADES = (("1.25x", 1.25), ("2x", 2.0))
+
+
 @dataclass(frozen=True)
 class Row:
     """One claim: the paper's number and the replay's, as relative changes (or fractions)."""
@@ -49,6 +53,20 @@ class Row:
         if self.baseline_relative:
             return (self.paper > 0) == (self.replay > 0)
         return True  # fractions (e.g. writes never read) are compared by value in the table
+
+    @property
+    def grade(self) -> str:
+        """How far a relative row agrees with the paper: "no" (opposite sign), "sign" (same sign,
+        magnitudes more than 2x apart), "2x" (within 2x of the paper's magnitude), "1.25x" (within
+        1.25x); "-" for an absolute fraction."""
+        if not self.baseline_relative:
+            return "-"
+        if not self.same_direction:
+            return "no"
+        for grade, factor in GRADES:
+            if self.paper and 1 / factor <= abs(self.replay / self.paper) <= factor:
+                return grade
+        return "sign"
 
     def as_dict(self) -> dict:
         return {**asdict(self), "same_direction": self.same_direction}
@@ -72,15 +90,25 @@ class Setup:
     dram_tokens: int = 1_000_000
     ssd_tokens: int = 10_000_000
     prefill_tps: float = NOMINAL_TPS
+    placement: str | None = None  # a hybrid's GDN states ("grid", "sglang"); None: the Runner's
 
 
 class Runner:
     """Replays setups, caching loaded traces and results (figures share baselines)."""
 
-    def __init__(self, progress: bool) -> None:
+    def __init__(self, progress: bool, placement: str = "grid") -> None:
         self._traces: dict[tuple, list] = {}
         self._results: dict[Setup, dict] = {}
         self.progress = progress
+        self.placement = placement  # of a Setup that names none: the paper's grid, or SGLang's ("sglang")
+
+    def resolve(self, s: Setup) -> Setup:
+        """``s`` as replayed: its placement set, the rule shared where it changes nothing."""
+        if s.placement is None:
+            s = replace(s, placement=self.placement)
+        if s.policy in ("none", "full-duplicate"):
+            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
+        return s
 
     def sessions(self, s: Setup) -> list:
         """The setup's sessions, loaded once per (trace, block size, count) for every figure."""
@@ -90,8 +118,7 @@ class Runner:
         return self._traces[key]
 
     def __call__(self, s: Setup) -> dict:
-        if s.policy in ("none", "full-duplicate"):
-            s = replace(s, rule="robust")  # the rule only changes threshold policies: share the run
+        s = self.resolve(s)
         if s not in self._results:
             spec = get_model_spec(s.model)
             bt = spec.default_block_tokens
@@ -100,13 +127,13 @@ class Runner:
                                       prefill_tokens_per_s=s.prefill_tps)
             cfg = SariaConfig(
                 admission=AdmissionConfig(policy=s.policy, rule=s.rule),
-                metadata=MetadataConfig(block_tokens=bt),
+                metadata=MetadataConfig(block_tokens=bt, checkpoint_placement=s.placement),
                 promotion=PromotionConfig(mode=s.promotion, ratio=s.ratio),
                 transfer=TransferConfig(mode=s.transfer, planner=s.planner),
                 capacity=CapacityConfig(dram_tokens=s.dram_tokens, ssd_tokens=s.ssd_tokens),
             ).validate()
             label = (f"{s.model} {s.policy} {s.planner}/{s.transfer}/{s.promotion}{s.ratio:g} {s.window_h:g}h "
-                     f"{s.prefill_tps:.0f}tok/s")
+                     f"{s.prefill_tps:.0f}tok/s {s.placement}")
             res = replay(sessions, session_starts(sessions, settings.window_s, 0), cfg, spec, settings,
                          progress=self.progress, label=label)
             self._results[s] = res.metrics
@@ -132,9 +159,25 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def format_rows(rows: list[Row]) -> str:
-    """The claims table (kept in docs/fidelity.md)."""
-    def same(r: Row) -> str:
-        return "-" if not r.baseline_relative else ("yes" if r.same_direction else "**no**")
+    """The claims table (kept in docs/fidelity.md), each relative row graded (``Row.grade``)."""
+    def grade(r: Row) -> str:
+        return "**no**" if r.grade == "no" else r.grade
 
-    return md_table(["fig", "claim", "paper", "replay", "same direction", "note"],
-                    [[r.figure, r.claim, f"{r.paper:+.1%}", f"{r.replay:+.1%}", same(r), r.note] for r in rows])
+    return md_table(["fig", "claim", "paper", "replay", "agreement", "note"],
+                    [[r.figure, r.claim, f"{r.paper:+.1%}", f"{r.replay:+.1%}", grade(r), r.note] for r in rows])
+
+
+def grade_counts(rows: list[Row]) -> dict[str, int]:
+    """Relative rows, and of them those that agree in sign, within 2x and within 1.25x (each grade
+    counts the tighter ones too)."""
+    graded = [r.grade for r in rows if r.baseline_relative]
+    return {"relative rows": len(graded), "same sign": sum(g != "no" for g in graded),
+            "within 2x": sum(g in ("2x", "1.25x") for g in graded), "within 1.25x": graded.count("1.25x")}
+
+
+def format_grades(rows: list[Row]) -> str:
+    """The agreement summary (kept in docs/fidelity.md): how many relative rows reach each grade."""
+    counts = grade_counts(rows)
+    n = counts["relative rows"]
+    return md_table(["agreement with the paper", "rows", "of relative rows"],
+                    [[k, str(v), f"{v / n:.0%}" if n else "-"] for k, v in counts.items()])

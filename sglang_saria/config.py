@@ -8,6 +8,7 @@ bad key or value fails the same way in both places, naming the field and value.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,12 @@ PROMOTION_MODES = ("zero", "half", "full", "saria")
 TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
 ADMISSION_RULES = ("robust", "paper")
-CHECKPOINT_PLACEMENTS = ("grid", "prefix-end")  # MetadataConfig.checkpoint_placement
+CHECKPOINT_PLACEMENTS = ("sglang", "grid", "prefix-end")  # MetadataConfig.checkpoint_placement
+# SGLang 0.5.23's default --chunked-prefill-size on an H100/H200-class GPU (arg_groups/memory_hook.py:
+# 8,192 from 60 to 160 GB of GPU memory; 4,096 below or when the memory is unknown, 16,384 above)
+SGLANG_CHUNKED_PREFILL_TOKENS = 8192
+# a GDN model's kernel chunk (Qwen3.5's `mamba_chunk_size`): SGLang places states on lcm(it, page)
+GDN_CHUNK_TOKENS = 64
 
 
 def _check(cond: bool, name: str, value: Any, why: str) -> None:
@@ -86,9 +92,15 @@ class MetadataConfig:
     checkpoint_tokens: int = 16384  # GDN checkpoint spacing (hybrid models only)
     metadata_window_s: float = 7200.0
     # where a hybrid model keeps GDN checkpoints (the replay; the server's tree decides for itself):
-    # "grid": every checkpoint_tokens (paper 5.1); "prefix-end": one per computed prefix, at its last
-    # checkpoint_tokens-aligned block (SGLang's `--mamba-radix-cache-strategy extra_buffer`)
+    # "sglang": as SGLang 0.5.23's `--mamba-radix-cache-strategy extra_buffer` does, one state at the
+    # end of each prefill chunk (on lcm(GDN_CHUNK_TOKENS, block_tokens) from the chunk's start) and at
+    # the branching point of a full-attention hit that runs past the last state (`saria-replay`'s
+    # default); "grid": every checkpoint_tokens (paper 5.1; the default here, which the committed doc
+    # data was generated with); "prefix-end": one per computed prefix, at its last
+    # checkpoint_tokens-aligned block (SGLang without chunked prefill or branching points)
     checkpoint_placement: str = "grid"
+    # "sglang" placement: SGLang's `--chunked-prefill-size` (tokens per prefill chunk of a request)
+    prefill_chunk_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
 
     def validate(self, prefix: str = "metadata") -> None:
         _check(self.block_tokens > 0, f"{prefix}.block_tokens", self.block_tokens, "must be > 0")
@@ -101,6 +113,15 @@ class MetadataConfig:
         _check(self.metadata_window_s > 0, f"{prefix}.metadata_window_s", self.metadata_window_s, "must be > 0")
         _check(self.checkpoint_placement in CHECKPOINT_PLACEMENTS, f"{prefix}.checkpoint_placement",
                self.checkpoint_placement, f"must be one of {', '.join(CHECKPOINT_PLACEMENTS)}")
+        grid = self.sglang_state_grid_tokens
+        _check(self.prefill_chunk_tokens >= grid and self.prefill_chunk_tokens % self.block_tokens == 0,
+               f"{prefix}.prefill_chunk_tokens", self.prefill_chunk_tokens,
+               f"must be a multiple of block_tokens={self.block_tokens} and at least the state grid ({grid} tokens)")
+
+    @property
+    def sglang_state_grid_tokens(self) -> int:
+        """SGLang's grid for GDN states (`mamba_checkpoint_grid`): lcm of the kernel chunk and the page."""
+        return math.lcm(GDN_CHUNK_TOKENS, self.block_tokens)
 
 
 @dataclass

@@ -24,6 +24,9 @@ class ReloadPlan:
     ckpt_source: int = 0  # DRAM / SSD for the checkpoint at the end of the prefix; 0 = none
     dram_blocks: int = 0
     ssd_blocks: int = 0
+    # FA blocks held from the head on, before a hybrid's cut at its last checkpoint (>= n_blocks):
+    # where SGLang's full-attention match ends, which places its branching-point state
+    fa_blocks: int = 0
 
     @property
     def uses_ssd(self) -> bool:
@@ -81,13 +84,14 @@ def plan_nodes(found: list[ContextNode | None], planner: str = "saria", hybrid: 
             if ck_ok:
                 best = len(sources)
                 best_ck = src if ck & src else _pick(ck_ok)
+    fa_blocks = len(sources)
     if hybrid:
         del sources[best:]
     else:
-        best = len(sources)
+        best = fa_blocks
         best_ck = 0
     dram = sources.count(DRAM)
-    return ReloadPlan(best, sources, best_ck, dram, best - dram)
+    return ReloadPlan(best, sources, best_ck, dram, best - dram, fa_blocks)
 
 
 def _plan_saria(found: list[ContextNode | None], hybrid: bool) -> ReloadPlan:
@@ -106,6 +110,7 @@ def _plan_saria(found: list[ContextNode | None], hybrid: bool) -> ReloadPlan:
     if best < 0:
         best = len(locs)
     best_ck = 0
+    fa_blocks = best
     if hybrid:  # end on the deepest checkpoint with a copy (ck_loc > 0: NO_CHECKPOINT is -1), read from the end
         while best:
             ck = run[best - 1].ck_loc
@@ -115,4 +120,4 @@ def _plan_saria(found: list[ContextNode | None], hybrid: bool) -> ReloadPlan:
             best -= 1
     sources = list(locs[:best].translate(_SOURCE))
     dram = sources.count(DRAM)
-    return ReloadPlan(best, sources, best_ck, dram, best - dram)
+    return ReloadPlan(best, sources, best_ck, dram, best - dram, fa_blocks)

@@ -19,6 +19,7 @@ from sglang_saria.config import (
     CHECKPOINT_PLACEMENTS,
     PLANNERS,
     PROMOTION_MODES,
+    SGLANG_CHUNKED_PREFILL_TOKENS,
     TRANSFER_MODES,
     AdmissionConfig,
     BandwidthConfig,
@@ -61,9 +62,12 @@ def add_replay_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="qwen3-8b", help=f"one of {', '.join(sorted(MODEL_SPECS))}")
     p.add_argument("--block-tokens", type=int, default=None, help="tokens per block (default 512 FA / 1024 hybrid)")
     p.add_argument("--checkpoint-tokens", type=int, default=16384, help="GDN checkpoint spacing (hybrid models)")
-    p.add_argument("--checkpoint-placement", choices=CHECKPOINT_PLACEMENTS, default="grid",
-                   help="grid: a GDN checkpoint every --checkpoint-tokens (the paper); prefix-end: one per computed "
-                        "prefix at its last aligned block (SGLang's --mamba-radix-cache-strategy extra_buffer)")
+    p.add_argument("--checkpoint-placement", choices=CHECKPOINT_PLACEMENTS, default="sglang",
+                   help="sglang: GDN states where SGLang 0.5.23's --mamba-radix-cache-strategy extra_buffer keeps them "
+                        "(each prefill chunk's end, the branching point of a longer full-attention hit); grid: one every "
+                        "--checkpoint-tokens (the paper); prefix-end: one per computed prefix at its last aligned block")
+    p.add_argument("--prefill-chunk-tokens", type=int, default=SGLANG_CHUNKED_PREFILL_TOKENS,
+                   help="--checkpoint-placement sglang: SGLang's --chunked-prefill-size (its default on an H100/H200)")
     p.add_argument("--dram-tokens", default="1M")
     p.add_argument("--dram-checkpoints", type=int, default=0,
                    help="hybrid models: 0 = checkpoints count in --dram-tokens by their bytes (the paper); N = DRAM "
@@ -118,6 +122,7 @@ def build_config(args: argparse.Namespace, policy: str) -> SariaConfig:
             block_tokens=args.block_tokens or spec.default_block_tokens,
             checkpoint_tokens=args.checkpoint_tokens,
             checkpoint_placement=args.checkpoint_placement,
+            prefill_chunk_tokens=args.prefill_chunk_tokens,
             metadata_window_s=parse_duration_s(args.metadata_window, "--metadata-window"),
         ),
         promotion=PromotionConfig(mode=args.promotion, ratio=args.promotion_ratio, p_tau_s=args.p_tau),

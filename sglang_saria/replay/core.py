@@ -93,10 +93,15 @@ class SariaCore:
         self.spec = spec
         bt = cfg.metadata.block_tokens
         self.hybrid = spec.is_hybrid
-        on_grid = cfg.metadata.checkpoint_placement == "grid"
-        self.metadata = ContextMetadata(bt, cfg.metadata.checkpoint_tokens if self.hybrid else None,
-                                        cfg.metadata.metadata_window_s, on_grid)
-        self._checkpoint_at_prefix_end = self.hybrid and not on_grid
+        placement = cfg.metadata.checkpoint_placement
+        on_grid = placement == "grid"
+        # "sglang" places states on SGLang's grid; the others on checkpoint_tokens
+        state_grid = cfg.metadata.sglang_state_grid_tokens if placement == "sglang" else cfg.metadata.checkpoint_tokens
+        self.metadata = ContextMetadata(bt, state_grid if self.hybrid else None, cfg.metadata.metadata_window_s, on_grid)
+        # the owner of the states' placement on a hybrid (None: the metadata's grid places them)
+        self._place_states = None if on_grid or not self.hybrid else (
+            self._place_sglang_states if placement == "sglang" else self._place_prefix_checkpoint)
+        self._chunk_blocks = cfg.metadata.prefill_chunk_tokens // bt
         self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
@@ -197,7 +202,7 @@ class SariaCore:
         state_pool = dram.capacity_states > 0
         self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
-        cached = self._place_prefix_checkpoint(keys, n_hit) if self._checkpoint_at_prefix_end else len(keys)
+        cached = self._place_states(keys, plan) if self._place_states is not None else len(keys)
         for k in reversed(keys[n_hit:cached]):  # deepest first: tails age before heads
             node = nodes.get(k)
             if node is None:  # reclaimed while the request ran; it is recomputed as new
@@ -258,21 +263,57 @@ class SariaCore:
         dram.insert(key, tokens, nbytes, state and dram.capacity_states > 0)
         return nbytes
 
-    def _place_prefix_checkpoint(self, keys: list[int], n_hit: int) -> int:
+    def _place_prefix_checkpoint(self, keys: list[int], plan: ReloadPlan) -> int:
         """``checkpoint_placement = "prefix-end"``: the prefill of ``keys[n_hit:]`` leaves one GDN state,
-        at the last grid-aligned block of the request, as SGLang's ``extra_buffer`` strategy keeps one
-        tracked state per inserted prefix; the blocks past it are not cached (SGLang inserts the prefix
-        up to its state). A boundary inside the span whose checkpoint no tier holds any more stops
-        being one: recomputing the span does not bring that state back. Returns the blocks cached."""
+        at the last grid-aligned block of the request (SGLang's ``extra_buffer`` for a prefill in one
+        chunk and no branching point); the blocks past it are not cached. Returns the blocks cached."""
+        stride = self.metadata.checkpoint_stride
+        end = len(keys) // stride * stride
+        return self._keep_states(keys, plan.n_blocks, (end,) if end > plan.n_blocks else ())
+
+    def _place_sglang_states(self, keys: list[int], plan: ReloadPlan) -> int:
+        """``checkpoint_placement = "sglang"``: the states SGLang 0.5.23's ``extra_buffer`` strategy
+        leaves in its tree after the prefill of ``keys[n_hit:]``, in blocks:
+
+        - the prefill runs in chunks of ``prefill_chunk_tokens`` from ``n_hit`` on; each chunk of at
+          least one grid step tracks one state, at its start plus whole grid steps
+          (``ScheduleBatch._mamba_radix_cache_v2_req_prepare_for_extend``), and the tree takes the
+          prefix up to it with the state (``cache_unfinished_req`` / ``cache_finished_req``, whose
+          length ``MambaComponent.prepare_for_caching_req`` cuts to the tracked state);
+        - a full-attention hit past the last state (``plan.fa_blocks``) sets a branching point, its
+          last grid-aligned block (``MambaComponent.finalize_match_result_in_tree_core``): the chunk
+          it falls in tracks it instead of its own end;
+        - a last chunk shorter than a grid step tracks nothing and adds nothing to the tree.
+
+        Decode-time states (``--mamba-track-interval``) are not modelled: the replay ends a request
+        at its first token. Returns the blocks cached (the deepest state)."""
+        stride, chunk = self.metadata.checkpoint_stride, self._chunk_blocks
+        n_hit, n = plan.n_blocks, len(keys)
+        branch = plan.fa_blocks // stride * stride
+        ends: list[int] = []
+        start = n_hit
+        while start < n:
+            stop = min(start + chunk, n)
+            if stop - start >= stride:
+                end = start + (stop - start) // stride * stride
+                if start < branch <= end and (branch - start) % stride == 0:
+                    end = branch
+                ends.append(end)
+            start = stop
+        return self._keep_states(keys, n_hit, ends)
+
+    def _keep_states(self, keys: list[int], n_hit: int, ends: Collection[int]) -> int:
+        """The prefill of ``keys[n_hit:]`` leaves GDN states at the prefix lengths ``ends`` (blocks,
+        ascending): their nodes become checkpoint boundaries. A boundary inside the span whose state
+        no tier holds any more stops being one: recomputing the span does not bring it back. Returns
+        the blocks cached, up to the deepest state (``n_hit`` if none)."""
         md = self.metadata
-        stride = md.checkpoint_stride
-        end = len(keys) // stride * stride - 1
         nodes = md.nodes
         for i in range(n_hit, len(keys)):
             node = nodes.get(keys[i])
             if node is None:
                 continue
-            if i != end:
+            if i + 1 not in ends:
                 if node.ck_loc == 0:
                     node.ck_loc = NO_CHECKPOINT
             elif node.ck_loc == NO_CHECKPOINT:
@@ -280,7 +321,7 @@ class SariaCore:
                     self.dram.remove(keys[i], evicted=False)
                     node.fa_loc &= ~DRAM
                 md.place_checkpoint(node)
-        return end + 1
+        return max(ends, default=n_hit)
 
     def _refresh_prefix(self, keys: list[int], n_hit: int) -> None:
         """Make the reused prefix more recent than the blocks computed after it.

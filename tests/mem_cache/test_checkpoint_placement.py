@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from sglang_saria.config import MetadataConfig
-from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, SSD
+from sglang_saria.mem_cache.metadata import DRAM, GDN_CHECKPOINT, NO_CHECKPOINT, SSD
 from sglang_saria.units import ConfigError
 from tests.mem_cache.helpers import make_core, run_request
 
@@ -109,3 +109,88 @@ def test_without_a_state_pool_a_checkpoint_counts_in_dram_tokens():
     core = make_core("none", dram_blocks=20, hybrid=True, checkpoint_blocks=2, checkpoint_placement="prefix-end")
     run_request(core, [1, 2, 3, 4], 0.0)
     assert core.dram.used_tokens == 4 * core.block_tokens + core.ckpt_tokens
+
+
+# "sglang": SGLang 0.5.23's own placement. Its state grid is lcm(64, block) tokens: 16 of these 4-token blocks.
+GRID = 16
+
+
+def _sglang_core(chunk_blocks: int = 2048, dram_blocks: int = 400):
+    return make_core("none", dram_blocks=dram_blocks, hybrid=True, checkpoint_placement="sglang",
+                     prefill_chunk_tokens=chunk_blocks * 4)
+
+
+def test_sglang_one_chunk_leaves_one_state_at_the_last_grid_step_and_drops_the_tail():
+    core = _sglang_core()
+    keys = list(range(1, 41))  # 40 blocks: the last grid step ends at 32
+    run_request(core, keys, 0.0)
+    assert _checkpoints(core, keys) == [31]
+    assert [k in core.dram for k in keys] == [True] * 32 + [False] * 8
+
+
+def test_sglang_chunked_prefill_leaves_a_state_at_every_chunk_end():
+    """Chunks of 2 grid steps: states at 32 and 64 (chunk ends), 80 (the last chunk's grid step)."""
+    core = _sglang_core(chunk_blocks=2 * GRID)
+    keys = list(range(1, 81))
+    run_request(core, keys, 0.0)
+    assert _checkpoints(core, keys) == [31, 63, 79]
+    assert all(k in core.dram for k in keys)
+
+
+def test_sglang_a_last_chunk_shorter_than_a_grid_step_adds_nothing():
+    core = _sglang_core(chunk_blocks=2 * GRID)
+    keys = list(range(1, 76))  # the last chunk is 11 blocks: no state, its blocks not cached
+    run_request(core, keys, 0.0)
+    assert _checkpoints(core, keys) == [31, 63]
+    assert [k in core.dram for k in keys] == [True] * 64 + [False] * 11
+
+
+def test_sglang_chunks_count_from_the_hit():
+    """A follow-up reuses the state at 32 and prefills from there: its chunks start at 32."""
+    core = _sglang_core(chunk_blocks=2 * GRID)
+    first = list(range(1, 41))
+    run_request(core, first, 0.0)  # one chunk of 40: state at 32
+    second = first + list(range(41, 121))  # 120 blocks
+    plan, _, _ = run_request(core, second, 1.0)
+    assert plan.n_blocks == 32
+    assert _checkpoints(core, second) == [31, 63, 95, 111]  # chunks [32, 64), [64, 96), [96, 120)
+
+
+def test_sglang_a_full_attention_hit_past_the_last_state_leaves_a_branching_state():
+    """B shares 40 blocks with A, whose state is at 48 (off B's path): B hits no state, but its
+    full-attention hit sets a branching point at 32, which B's prefill tracks instead of its end
+    (48): B caches up to 32. B again then resumes at 32 and leaves its own state at 48."""
+    core = _sglang_core()
+    a = list(range(1, 49))
+    run_request(core, a, 0.0)
+    b = a[:40] + list(range(100, 120))  # 60 blocks
+    plan, _, _ = run_request(core, b, 1.0)
+    assert (plan.n_blocks, plan.fa_blocks) == (0, 40)
+    assert _checkpoints(core, b) == [31]
+    assert not any(k in core.dram for k in b[40:])  # B's own tail is not cached
+    plan, _, _ = run_request(core, b, 2.0)
+    assert (plan.n_blocks, plan.fa_blocks) == (32, 40)
+    assert _checkpoints(core, b) == [31, 47]
+
+
+def test_sglang_a_branching_point_in_a_later_chunk_replaces_that_chunk_end():
+    """Chunks of 3 grid steps. A's states (48, 96) leave DRAM, its FA blocks stay; B shares 90
+    blocks with A: no state on its path, a branching point at 80, in B's second chunk [48, 96),
+    which tracks 80 instead of 96."""
+    core = _sglang_core(chunk_blocks=3 * GRID)
+    a = list(range(1, 101))
+    run_request(core, a, 0.0)
+    assert _checkpoints(core, a) == [47, 95]
+    for i in (47, 95):
+        core.metadata.set_location(a[i], GDN_CHECKPOINT, DRAM, False)  # SGLang's state pool dropped it
+    b = a[:90] + list(range(200, 230))  # 120 blocks
+    plan, _, _ = run_request(core, b, 1.0)
+    assert (plan.n_blocks, plan.fa_blocks) == (0, 90)
+    assert _checkpoints(core, b) == [47, 79, 111]
+
+
+def test_placement_prefill_chunk_must_hold_a_grid_step():
+    with pytest.raises(ConfigError, match="metadata.prefill_chunk_tokens"):
+        MetadataConfig(block_tokens=16, prefill_chunk_tokens=32).validate()
+    with pytest.raises(ConfigError, match="metadata.prefill_chunk_tokens"):
+        MetadataConfig(block_tokens=512, prefill_chunk_tokens=8000).validate()

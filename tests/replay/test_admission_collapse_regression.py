@@ -37,7 +37,7 @@ def _sessions() -> list[TraceSession]:
 def _replay(policy: str, rule: str = "robust"):
     cfg = SariaConfig(
         admission=AdmissionConfig(policy=policy, rule=rule),
-        metadata=MetadataConfig(block_tokens=BT),
+        metadata=MetadataConfig(block_tokens=BT, checkpoint_placement="grid"),  # the paper's grid
         capacity=CapacityConfig(dram_tokens=100_000, ssd_tokens=150_000),
     ).validate()
     starts = [i * START_GAP_S for i in range(SESSIONS)]

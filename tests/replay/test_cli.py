@@ -78,18 +78,24 @@ def test_replays_hybrid_model_on_tracelab_sample(tmp_path, shared_dir):
 
 
 def test_checkpoint_placement_flag_reaches_the_replay(tmp_path, shared_dir, capsys):
-    """prefix-end (SGLang's one state per prefix) keeps fewer checkpoints than the paper's grid: the
-    same hybrid sessions write fewer checkpoint bytes under full duplicate."""
+    """sglang (the default: SGLang's states, at each prefill chunk's end and branching points) keeps
+    more checkpoints than prefix-end (one per computed prefix) and fewer than the paper's 2,048-token
+    grid here: the same hybrid sessions write checkpoint bytes in that order under full duplicate."""
     trace = f"tracelab:{shared_dir / 'traces' / 'tracelab-sample' / 'round_trace.jsonl'}"
     common = ("--trace", trace, "--model", "qwen3.5-9b", "--policy", "full-duplicate", "--checkpoint-tokens", "2048")
-    (tmp_path / "grid").mkdir()
-    (tmp_path / "end").mkdir()
-    grid = _run(tmp_path / "grid", *common)
-    end = _run(tmp_path / "end", *common, "--checkpoint-placement", "prefix-end", "--dram-checkpoints", "8")
+    runs = {}
+    for name, flags in (("grid", ("--checkpoint-placement", "grid")), ("sglang", ()),
+                        ("end", ("--checkpoint-placement", "prefix-end", "--dram-checkpoints", "8"))):
+        (tmp_path / name).mkdir()
+        runs[name] = _run(tmp_path / name, *common, *flags)
+    grid, sglang, end = runs["grid"], runs["sglang"], runs["end"]
+    assert (sglang["config"]["metadata"]["checkpoint_placement"], sglang["config"]["metadata"]["prefill_chunk_tokens"]) \
+        == ("sglang", 8192)
     assert end["config"]["metadata"]["checkpoint_placement"] == "prefix-end"
     assert end["config"]["capacity"]["dram_checkpoints"] == 8
-    assert end["results"][0]["requests"] == grid["results"][0]["requests"]
-    assert 0 < end["results"][0]["ssd_write_bytes"] < grid["results"][0]["ssd_write_bytes"]
+    assert end["results"][0]["requests"] == grid["results"][0]["requests"] == sglang["results"][0]["requests"]
+    written = [r["results"][0]["ssd_write_bytes"] for r in (end, sglang, grid)]
+    assert 0 < written[0] <= written[1] < written[2], written
     with pytest.raises(SystemExit) as exit_:
         main(["--trace", "synthetic", "--checkpoint-placement", "every-block", "--no-progress"])
     assert exit_.value.code == 2

@@ -97,7 +97,7 @@ def test_full_duplicate_ssd_hit_transfer_time_and_unread_writes():
 
 def test_hybrid_achievable_and_hits_end_on_checkpoint_boundaries():
     spec = get_model_spec("qwen3.5-9b")
-    c = cfg(metadata={"block_tokens": 1024, "checkpoint_tokens": 2048})
+    c = cfg(metadata={"block_tokens": 1024, "checkpoint_tokens": 2048, "checkpoint_placement": "grid"})
     s = TraceSession("a", [req(1, 3), req(1, 5, idle=1.0)])
     res = replay([s], [0.0], c, spec)
     assert res.log.achievable_blocks == [0, 2] and res.log.hit_blocks == [0, 2]

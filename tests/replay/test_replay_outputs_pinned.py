@@ -36,7 +36,7 @@ def test_replay_outputs_equal_the_pre_optimisation_replay(model, policy):
     spec = get_model_spec(model)
     bt = spec.default_block_tokens
     sessions = apply_limits(load_trace("synthetic:0", bt, max_sessions=12))
-    cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=MetadataConfig(block_tokens=bt),
+    cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=MetadataConfig(block_tokens=bt, checkpoint_placement="grid"),
                       capacity=CapacityConfig(dram_tokens=150_000, ssd_tokens=1_000_000)).validate()
     res = replay(sessions, session_starts(sessions, WINDOW_S, 0), cfg, spec, ReplaySettings(window_s=WINDOW_S))
     m, st = res.metrics, res.core.stats

@@ -1,0 +1,40 @@
+"""`scripts/fidelity.py` re-run on 20 WEKA sessions (Figure 10 and what comes with it: the anchor, the
+E3 target, the oracle bound, the mechanism): the JSON has docs/data/fidelity.json's shape, and the
+signs every run shows hold. Under both GDN state placements."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import fidelity  # noqa: E402
+
+sys.path.pop(0)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("placement", ["grid", "sglang"])
+def test_a_reduced_run_has_the_committed_shape_and_signs(tmp_path, shared_dir, placement):
+    out = tmp_path / "f.json"
+    assert fidelity.main(["--figures", "10", "--sessions", "20", "--mechanism", "--no-progress",
+                          "--placement", placement, "--json", str(out)]) == 0
+    got, committed = json.loads(out.read_text()), json.loads((DOCS / "data" / "fidelity.json").read_text())
+    assert got["placement"] == placement
+    assert set(committed) <= set(got)
+    for key in ("rows", "e3_target", "oracle_bound", "mechanism"):
+        assert got[key] and set(got[key][0]) == set(committed[key][0]), key
+    assert 0 < got["anchor_sessions"] <= 20
+    claims = [r for r in got["rows"] if r["figure"] == "10"]
+    def claim(r: dict) -> str:  # without the session set, which differs at 20 sessions
+        return r["claim"].split("] ")[-1] + r["claim"].split(" [")[0]
+
+    assert {claim(r) for r in claims} == {claim(r) for r in committed["rows"] if r["figure"] == "10"}
+    for r in claims:
+        if "SSD writes vs FD" in r["claim"] and "[robust]" in r["claim"]:
+            assert r["replay"] < 0, r["claim"]  # the robust rule's E3 never out-writes full duplicate
+    for t in got["e3_target"]:
+        assert t["met"] == (t["e3_vs_fd"] <= 0.5 and t["e3_char"] >= 0.93)
