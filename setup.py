@@ -14,6 +14,7 @@ setup(
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
             "saria-plan=sglang_saria.replay.planning.cli:main",
+            "saria-admission-sweep=sglang_saria.bench.admission_sweep:main",
         ]
     },
 )
