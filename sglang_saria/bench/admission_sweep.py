@@ -233,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--json", dest="json_path", required=True)
     d = sub.add_parser("render", help="print the Markdown tables of a JSON")
     d.add_argument("json_path")
+    g = sub.add_parser("merge", help="merge JSONs of separate runs (settings in order, the last timing)")
+    g.add_argument("out")
+    g.add_argument("inputs", nargs="+")
     t = sub.add_parser("timing", help="replay time of policies against eviction:E2, added to --json")
     t.add_argument("--workload", default="weka:1-360")
     t.add_argument("--model", default="qwen3-8b")
@@ -243,6 +246,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "render":
         sys.stdout.write(render(_load(args.json_path)))
+        return 0
+    if args.cmd == "merge":
+        merged: dict = {"settings": []}
+        for path in args.inputs:
+            part = _load(path)
+            merged["settings"] += part["settings"]
+            if "timing" in part:
+                merged["timing"] = part["timing"]
+        _save(merged, args.out)
         return 0
     if args.cmd == "timing":
         pols = args.policies.split(",")

@@ -286,13 +286,14 @@ class ReplayRun:
             self.admit(wsid, wridx, t, issue_t)
 
     def hint(self, a: _Active, t: float) -> None:
-        """What the agent would say after this request: its session ended, or (clairvoyant) when it returns."""
+        """What the agent would say after this request: its session ended (where the trace ends it, not where
+        the horizon cuts it: the agent does not know the replay's horizon), or (clairvoyant) when it returns."""
         hints = self.hints
         hints.on_clock(t)
-        if a.ridx + 1 >= self.truncation.kept[a.sid]:
+        if a.ridx + 1 >= len(self.sessions[a.sid].requests):
             hints.session_end(a.keys)
             self.core.ssd_order.demote(a.keys)
-        elif self.settings.hints == "next":
+        elif self.settings.hints == "next" and a.ridx + 1 < self.truncation.kept[a.sid]:
             hints.expect_return(a.keys, self.sessions[a.sid].requests[a.ridx + 1].idle_before_s)
 
     def charge(self, acts: Actions, t: float) -> None:
