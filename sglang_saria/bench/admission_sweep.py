@@ -41,6 +41,7 @@ from sglang_saria.replay.loaders.weka import load_weka_file
 from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.workload import apply_limits, session_starts
 
+DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end -->"
 WRITES_BOUND = 1.3
 CHAR_SLACK = 0.02
 POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "learned")
@@ -231,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--shares", default=",".join(f"{s:g}" for s in DEFAULT_SHARES))
     r.add_argument("--max-passes", type=int, default=40)
     r.add_argument("--json", dest="json_path", required=True)
-    d = sub.add_parser("render", help="print the Markdown tables of a JSON")
+    d = sub.add_parser("render", help="print the Markdown tables of a JSON, or write them into --doc")
     d.add_argument("json_path")
+    d.add_argument("--doc", help=f"a Markdown file whose block between {DOC_BEGIN} and {DOC_END} is replaced")
     g = sub.add_parser("merge", help="merge JSONs of separate runs (settings in order, the last timing)")
     g.add_argument("out")
     g.add_argument("inputs", nargs="+")
@@ -245,7 +247,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--json", dest="json_path", required=True)
     args = p.parse_args(argv)
     if args.cmd == "render":
-        sys.stdout.write(render(_load(args.json_path)))
+        tables = render(_load(args.json_path))
+        if not args.doc:
+            sys.stdout.write(tables)
+            return 0
+        text = Path(args.doc).read_text()
+        if DOC_BEGIN not in text or DOC_END not in text:
+            p.error(f"--doc {args.doc}: no {DOC_BEGIN} ... {DOC_END} block to replace")
+        head, rest = text.split(DOC_BEGIN, 1)
+        Path(args.doc).write_text(head + DOC_BEGIN + "\n" + tables + rest[rest.index(DOC_END):])
         return 0
     if args.cmd == "merge":
         merged: dict = {"settings": []}
