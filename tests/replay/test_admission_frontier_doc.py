@@ -44,8 +44,9 @@ def frontier_writes(points, char):
 
 
 def table_rows(block, title):
-    part = block[block.index(title):]
-    lines = [ln for ln in part.splitlines()[4:] if ln.startswith("|")]
+    part = block[block.index(title) + len(title):]
+    part = part.split("\n### ")[0]
+    lines = [ln for ln in part.splitlines() if ln.startswith("|")][2:]  # past the header and its rule
     return [[c.strip() for c in ln.strip("|").split("|")] for ln in lines]
 
 
