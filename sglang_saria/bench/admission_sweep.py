@@ -148,7 +148,7 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "full-duplicate")) -> str:
+def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "eviction:E3", "full-duplicate")) -> str:
     """The Markdown tables: per setting the frontier, then each policy against it."""
     def yn(v: bool) -> str:
         return "met" if v else "**unmet**"
