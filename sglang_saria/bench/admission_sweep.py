@@ -34,11 +34,12 @@ from pathlib import Path
 
 from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
-from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.driver import ReplayRun, ReplaySettings, replay, replay_oracle
 from sglang_saria.replay.frontier import DEFAULT_SHARES, Frontier, build_frontier
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.loaders.weka import load_weka_file
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.oracle import FutureNeeds, request_id
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end -->"
@@ -181,6 +182,18 @@ def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:
            "", "### Policies against the frontier", "", md_table(head, rows)]
     if variant_rows:
         out += ["", "### Constants halved and doubled", "", md_table(head, variant_rows)]
+    if doc.get("labels"):
+        lab_rows = []
+        for s in doc["labels"]:
+            for r in s["rows"]:
+                lab_rows.append([s["workload"], s["model"], f"{s['prefill_tps']:,.0f}", ssd(s), r["policy"],
+                                 f"{r['writes']:,}", f"{r['useful'] / r['writes']:.0%}" if r["writes"] else "-",
+                                 f"{r['wasted_admitted']:,}", f"{r['wasted_closure']:,}", f"{r['wanted']:,}",
+                                 f"{r['missed']:,}"])
+        out += ["", "### Where policies go wrong, by the oracle's labels", "",
+                md_table(["workload", "model", "tok/s", "SSD", "policy", "block writes", "useful (wanted later)",
+                          "wasted: admitted block", "wasted: closed-over ancestor", "oracle-wanted blocks",
+                          "missed (never written)"], lab_rows)]
     if doc.get("timing"):
         t = doc["timing"]
         out += ["", "### Replay time", "",
@@ -189,6 +202,50 @@ def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:
                            f"{statistics.median(v) / statistics.median(t['runs']['eviction:E2']):.2f}x"]
                           for p, v in t["runs"].items()])]
     return "\n".join(out) + "\n"
+
+
+def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
+    """The fixed-point oracle's wants as labels for each policy's writes: a write is useful when, at that
+    moment, a request not yet begun wants the block from below DRAM (the oracle's own rule, with the
+    wants it recorded under its timing), else wasted (split: the block the policy admitted, or an
+    ancestor its chain closed over); a block the oracle wanted and the policy never wrote is missed.
+    Counts of block writes and of blocks."""
+    spec = get_model_spec(s.model)
+    bt = spec.default_block_tokens
+    sessions = load_workload(s.workload, bt)
+    settings = ReplaySettings(prefill_tokens_per_s=s.prefill_tps)
+    starts = session_starts(sessions, settings.window_s, settings.seed)
+    capacity = CapacityConfig(ssd_tokens=s.ssd_tokens) if s.ssd_tokens else CapacityConfig()
+    base = SariaConfig(metadata=MetadataConfig(block_tokens=bt), capacity=capacity).validate()
+    oracle, needs = replay_oracle(sessions, starts, replace(base, admission=AdmissionConfig(policy="oracle")), spec,
+                                  settings, {}, None, max_passes)
+    wanted = set().union(*needs.values()) if needs else set()
+    rows = []
+    for policy in policies:
+        future = FutureNeeds.of(needs)
+        written: list[tuple[int, bool, bool]] = []  # (block, closed over, wanted later)
+
+        def hook(key, node, event, parent_on_ssd, written=written, future=future):
+            written.append((key, event == "closure", future.wanted_later(key)))  # AdmissionEvent.CLOSURE: a str enum
+
+        run = ReplayRun(sessions, starts, replace(base, admission=AdmissionConfig(policy=policy)), spec, settings,
+                        on_write=hook)
+        admit = run.admit
+
+        def labelled_admit(sid, ridx, t, issue_t, admit=admit, future=future):
+            future.begun(request_id(sid, ridx))  # as the oracle is told
+            admit(sid, ridx, t, issue_t)
+
+        run.admit = labelled_admit
+        run.loop()
+        keys = {k for k, _, _ in written}
+        rows.append({"policy": policy, "writes": len(written), "useful": sum(u for _, _, u in written),
+                     "wasted_admitted": sum(not u and not c for _, c, u in written),
+                     "wasted_closure": sum(not u and c for _, c, u in written),
+                     "wanted": len(wanted), "missed": len(wanted - keys)})
+    return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
+            "ssd_tokens": base.capacity.ssd_tokens, "oracle_fixed_point": oracle.metrics["oracle_fixed_point"],
+            "rows": rows}
 
 
 def timing(workload: str, model: str, policies: list[str], repeats: int, tps: float) -> dict:
@@ -238,6 +295,14 @@ def main(argv: list[str] | None = None) -> int:
     g = sub.add_parser("merge", help="merge JSONs of separate runs (settings in order, the last timing)")
     g.add_argument("out")
     g.add_argument("inputs", nargs="+")
+    lb = sub.add_parser("labels", help="the fixed-point oracle's labels on each policy's writes, added to --json")
+    lb.add_argument("--workload", required=True)
+    lb.add_argument("--model", default="qwen3-8b")
+    lb.add_argument("--load", type=float, default=6500.0)
+    lb.add_argument("--ssd-tokens", type=int, default=0)
+    lb.add_argument("--policies", default="learned,auto,eviction:E2")
+    lb.add_argument("--max-passes", type=int, default=40)
+    lb.add_argument("--json", dest="json_path", required=True)
     t = sub.add_parser("timing", help="replay time of policies against eviction:E2, added to --json")
     t.add_argument("--workload", default="weka:1-360")
     t.add_argument("--model", default="qwen3-8b")
@@ -264,7 +329,17 @@ def main(argv: list[str] | None = None) -> int:
             merged["settings"] += part["settings"]
             if "timing" in part:
                 merged["timing"] = part["timing"]
+            merged.setdefault("labels", []).extend(part.get("labels", []))
         _save(merged, args.out)
+        return 0
+    if args.cmd == "labels":
+        doc = _load(args.json_path)
+        rec = labels(Setting(args.workload, args.model, args.load, args.ssd_tokens), args.policies.split(","),
+                     args.max_passes)
+        doc["labels"] = [x for x in doc.get("labels", []) if (x["workload"], x["model"], x["prefill_tps"], x["ssd_tokens"])
+                         != (rec["workload"], rec["model"], rec["prefill_tps"], rec["ssd_tokens"])] + [rec]
+        _save(doc, args.json_path)
+        sys.stdout.write(render(doc))
         return 0
     if args.cmd == "timing":
         pols = args.policies.split(",")

@@ -108,3 +108,19 @@ def test_timing_ratio_recomputed(doc, block):
     base = float(np.median(runs["eviction:E2"]))
     for cells in table_rows(block, "### Replay time"):
         assert float(cells[5].rstrip("x")) == pytest.approx(float(np.median(runs[cells[2]])) / base, abs=0.006)
+
+
+def test_label_rows_add_up_and_match_the_json(doc, block):
+    if not doc.get("labels"):
+        pytest.fail("docs/data/admission-frontier.json has no labels record (saria-admission-sweep labels)")
+    shown = table_rows(block, "### Where policies go wrong, by the oracle's labels")
+    records = [(s, r) for s in doc["labels"] for r in s["rows"]]
+    assert len(shown) == len(records)
+    for cells, (s, r) in zip(shown, records):
+        assert s["oracle_fixed_point"]
+        assert r["useful"] + r["wasted_admitted"] + r["wasted_closure"] == r["writes"]
+        assert 0 <= r["missed"] <= r["wanted"]
+        assert [int(c.replace(",", "")) for c in (cells[5], cells[7], cells[8], cells[9], cells[10])] == [
+            r["writes"], r["wasted_admitted"], r["wasted_closure"], r["wanted"], r["missed"]]
+        if r["writes"]:
+            assert float(cells[6].rstrip("%")) == pytest.approx(100 * r["useful"] / r["writes"], abs=0.51)
