@@ -102,8 +102,11 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return policy, changes
 
 
-def run_setting(s: Setting, policies: list[str], variants: list[str], shares: list[float], max_passes: int) -> dict:
-    """The frontier and every policy (and variant) on one setting: raw records."""
+def run_setting(s: Setting, policies: list[str], variants: list[str], shares: list[float], max_passes: int,
+                frontier: dict | None = None) -> dict:
+    """The frontier (``frontier``: one built before on the same setting, kept) and every policy (and
+    variant) on one setting: raw records. ``oracle`` rows are the replay's ``--policy oracle`` (at most
+    ``ReplaySettings.oracle_max_passes`` passes; the row says whether it reached its fixed point)."""
     spec = get_model_spec(s.model)
     bt = spec.default_block_tokens
     sessions = load_workload(s.workload, bt)
@@ -120,13 +123,16 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
         rows.append({"policy": policy, "variant": ",".join(f"{k}={v:g}" for k, v in changes.items()),
                      "writes_norm": m["ssd_writes_norm"], "char": m["char"], "requests": m["requests"],
                      "request_set": m["request_set"], "writes_never_read_frac": m["writes_never_read_frac"],
-                     "replay_s": time.perf_counter() - t0})
+                     "replay_s": time.perf_counter() - t0,
+                     **({"oracle_passes": m["oracle_passes"], "oracle_fixed_point": m["oracle_fixed_point"]}
+                        if policy == "oracle" else {})})
     same_requests(rows)
     t0 = time.perf_counter()
-    frontier = build_frontier(sessions, starts, base, spec, settings, shares, max_passes)
+    if frontier is None:
+        frontier = build_frontier(sessions, starts, base, spec, settings, shares, max_passes).to_json()
     return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
             "ssd_tokens": base.capacity.ssd_tokens, "dram_tokens": base.capacity.dram_tokens,
-            "frontier": frontier.to_json(), "frontier_s": time.perf_counter() - t0, "rows": rows}
+            "frontier": frontier, "frontier_s": time.perf_counter() - t0, "rows": rows}
 
 
 # ---------------------------------------------------------------- derived values and rendering
@@ -149,7 +155,7 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "eviction:E3", "full-duplicate")) -> str:
+def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "eviction:E3", "full-duplicate", "oracle")) -> str:
     """The Markdown tables: per setting the frontier, then each policy against it."""
     def yn(v: bool) -> str:
         return "met" if v else "**unmet**"
@@ -288,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--variant", action="append", default=[], help="POLICY@field=value (repeatable)")
     r.add_argument("--shares", default=",".join(f"{s:g}" for s in DEFAULT_SHARES))
     r.add_argument("--max-passes", type=int, default=40)
+    r.add_argument("--rows-only", action="store_true",
+                   help="keep the frontier the JSON holds for each setting; replay only --policies and --variant")
     r.add_argument("--json", dest="json_path", required=True)
     d = sub.add_parser("render", help="print the Markdown tables of a JSON, or write them into --doc")
     d.add_argument("json_path")
@@ -358,11 +366,23 @@ def main(argv: list[str] | None = None) -> int:
             for ssd in args.ssd_tokens.split(","):
                 s = Setting(args.workload, model, float(tps), int(float(ssd)))
                 t0 = time.perf_counter()
-                rec = run_setting(s, args.policies.split(","), args.variant,
-                                  [float(x) for x in args.shares.split(",")], args.max_passes)
-                doc["settings"] = [x for x in doc["settings"] if (x["workload"], x["model"], x["prefill_tps"],
-                                   x["ssd_tokens"]) != (rec["workload"], rec["model"], rec["prefill_tps"], rec["ssd_tokens"])]
-                doc["settings"].append(rec)
+                old = next((i for i, x in enumerate(doc["settings"]) if (x["workload"], x["model"], x["prefill_tps"])
+                            == (s.workload, s.model, s.prefill_tps) and x["ssd_tokens"] == (s.ssd_tokens or
+                            CapacityConfig().ssd_tokens)), None)
+                if args.rows_only and old is None:
+                    p.error(f"--rows-only: {args.json_path} has no {s} to add rows to")
+                rec = run_setting(s, args.policies.split(","), args.variant, [float(x) for x in args.shares.split(",")],
+                                  args.max_passes, doc["settings"][old]["frontier"] if args.rows_only else None)
+                if args.rows_only:  # the new rows replace those of the same policy and variant, the rest stay
+                    prev = doc["settings"][old]
+                    new = {(r["policy"], r["variant"]): r for r in rec["rows"]}
+                    rec["rows"] = [new.pop((r["policy"], r["variant"]), r) for r in prev["rows"]] + list(new.values())
+                    same_requests(rec["rows"])
+                    rec["frontier_s"] = prev["frontier_s"]
+                if old is None:
+                    doc["settings"].append(rec)
+                else:
+                    doc["settings"][old] = rec
                 _save(doc, args.json_path)
                 print(f"{s}: {time.perf_counter() - t0:.0f} s", flush=True)
     sys.stdout.write(render(doc))
