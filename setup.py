@@ -18,6 +18,7 @@ setup(
             "saria-replay=sglang_saria.replay.cli:main",
             "saria-plan=sglang_saria.replay.planning.cli:main",
             "saria-fleet-table=sglang_saria.replay.fleet_table:main",
+            "saria-admission-sweep=sglang_saria.bench.admission_sweep:main",
         ],
         "sglang.srt.plugins": ["saria = sglang_saria.plugin:register"],
     },

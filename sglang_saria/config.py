@@ -62,6 +62,11 @@ class AdmissionConfig:
     # SGLang driver: prefill tokens/s that turn queued tokens into seconds until the scheduler has measured its
     # own rate (hicache/load_signal.py; the paper's GPU); the replay models its GPU with --prefill-tps instead
     auto_prefill_tps: float = 6500.0
+    # learned (mem_cache/learned.py): a write pays when a block's learned reuse odds reach learned_odds over
+    # (1 + queued prefill / learned_load_ref_s); its ghost of evicted blocks holds at most learned_max_bytes
+    learned_odds: float = 1.0
+    learned_load_ref_s: float = 1.0
+    learned_max_bytes: int = 64 << 20
 
     def validate(self, prefix: str = "admission") -> None:
         try:
@@ -82,6 +87,9 @@ class AdmissionConfig:
         _check(0 <= self.auto_spend_fill <= 1, f"{prefix}.auto_spend_fill", self.auto_spend_fill, "must be in [0, 1]")
         _check(self.auto_reuse_spend >= 0, f"{prefix}.auto_reuse_spend", self.auto_reuse_spend, "must be >= 0")
         _check(self.auto_prefill_tps > 0, f"{prefix}.auto_prefill_tps", self.auto_prefill_tps, "must be > 0")
+        _check(self.learned_odds > 0, f"{prefix}.learned_odds", self.learned_odds, "must be > 0")
+        _check(self.learned_load_ref_s > 0, f"{prefix}.learned_load_ref_s", self.learned_load_ref_s, "must be > 0")
+        _check(self.learned_max_bytes > 0, f"{prefix}.learned_max_bytes", self.learned_max_bytes, "must be > 0")
 
 
 @dataclass

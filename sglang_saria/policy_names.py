@@ -6,7 +6,8 @@ kinds by name (libCacheSim's ``create_admissioner``, vLLM's ``register_policy``)
 ``config``, ``admission`` and ``budget`` no longer import each other in a circle.
 
 Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
-``budget:<DWPD>``, ``auto`` / ``auto:<DWPD>`` (load-aware, ``mem_cache/auto.py``), and ``oracle`` (the replay's clairvoyant bound: it reads the trace's future, so
+``budget:<DWPD>``, ``auto`` / ``auto:<DWPD>`` (load-aware, ``mem_cache/auto.py``), ``learned`` /
+``learned:<DWPD>`` (learned reuse chance, ``mem_cache/learned.py``), and ``oracle`` (the replay's clairvoyant bound: it reads the trace's future, so
 a server refuses it, ``REPLAY_ONLY``).
 """
 
@@ -18,19 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m>, budget:<DWPD>, auto, auto:<DWPD> or oracle (replay only)"
+FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m>, budget:<DWPD>, auto, auto:<DWPD>, learned, learned:<DWPD> or oracle (replay only)"
 #: kinds only the replay can run
 REPLAY_ONLY = frozenset({"oracle"})
 
 _THRESHOLD_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
-_BUDGET_RE = re.compile(r"^(budget|auto):([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+_BUDGET_RE = re.compile(r"^(budget|auto|learned):([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 
 
 @dataclass(frozen=True)
 class PolicyName:
     """A parsed policy name: its kind and the parameters the name carries."""
 
-    kind: str  # none | full-duplicate | eviction | reuse | combined | budget | auto | oracle
+    kind: str  # none | full-duplicate | eviction | reuse | combined | budget | auto | learned | oracle
     theta_E: int | None = None
     theta_R: int | None = None
     dwpd: float | None = None
@@ -38,9 +39,9 @@ class PolicyName:
 
 def parse(name: str) -> PolicyName:
     """Parse a policy name; ValueError names the policy and lists the forms."""
-    if name in ("none", "full-duplicate", "oracle", "auto"):
+    if name in ("none", "full-duplicate", "oracle", "auto", "learned"):
         return PolicyName(name)
-    if name.startswith(("budget:", "auto:")):
+    if name.startswith(("budget:", "auto:", "learned:")):
         kind = name.split(":", 1)[0]
         m = _BUDGET_RE.match(name)
         dwpd = float(m.group(2)) if m else 0.0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from enum import Enum
+from collections.abc import Hashable, Iterable
 from typing import TYPE_CHECKING
 
 from sglang_saria import policy_names
@@ -55,6 +56,10 @@ class AdmissionPolicy(ABC):
     keyed: bool = False
     #: agents' hints the sequencer consults before the policy (``auto``), or None
     hints: AgentHints | None = None
+    #: whether the sequencer's robust rule applies (prefix-closed chains): threshold policies and ``learned``
+    prefix_closed: bool = False
+    #: whether ``admits_key`` is given the SSD victim a write would displace (``learned``)
+    compares_victim: bool = False
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}
@@ -63,8 +68,10 @@ class AdmissionPolicy(ABC):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         """Pure: no side effects, safe to call speculatively."""
 
-    def admits_key(self, key: object, event: AdmissionEvent) -> bool:
-        """Pure: the decision of a ``keyed`` policy for block ``key`` (others decide by counters)."""
+    def admits_key(self, key: object, event: AdmissionEvent, node: object = None, victim: object = None) -> bool:
+        """The decision of a ``keyed`` policy for block ``key`` (its ``node``; ``victim``: the SSD node the write
+        would displace, for ``compares_victim`` policies, None while SSD has room); others decide by counters.
+        Asking twice for one event decides the same."""
         raise TypeError(f"{self.name or type(self).__name__} decides by counters (should_admit), not by block")
 
     def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
@@ -78,6 +85,12 @@ class AdmissionPolicy(ABC):
 
     def on_load(self, backlog_s: float, now: float) -> None:
         """The driver's load signal at ``now`` (seconds of prefill queued on the GPU); only ``auto`` uses it."""
+
+    #: whether ``on_missed`` learns anything (drivers skip building its argument otherwise)
+    learns: bool = False
+
+    def on_missed(self, keys: Iterable[Hashable]) -> None:
+        """A request wanted ``keys`` from below DRAM (read from SSD, or recomputed); only ``learned`` uses it."""
 
     def affords(self, extra_bytes: int) -> bool:
         """Pure: whether ``extra_bytes`` more than the admitted node itself (its unwritten prefix,
@@ -131,6 +144,7 @@ class ThresholdAdmission(AdmissionPolicy):
         super().__init__()
         self.theta_E = theta_E
         self.theta_R = theta_R
+        self.prefix_closed = True
         self.uses_eviction_count = theta_E is not None
         self.reuse_threshold = theta_R or 0
         parts = ([f"E{theta_E}"] if theta_E else []) + ([f"R{theta_R}"] if theta_R else [])

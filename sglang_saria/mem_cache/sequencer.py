@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Container, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 
-from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy, ThresholdAdmission
+from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy
 from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
 from sglang_saria.mem_cache.tier_view import TierView
 
@@ -46,7 +46,7 @@ class WriteSequencer:
 
     def __init__(self, admission: AdmissionPolicy, rule: str, stats: RuleStats | None = None) -> None:
         self.admission = admission
-        self.robust = rule == "robust" and isinstance(admission, ThresholdAdmission)
+        self.robust = rule == "robust" and admission.prefix_closed
         self.stats = stats if stats is not None else RuleStats()
         self.hints = admission.hints  # agents' hints come before the policy (mem_cache/hints.py)
         self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
@@ -126,14 +126,18 @@ class WriteSequencer:
                 hints.counts["skipped_writes"] += 1
                 return None
             hinted = event is _EVICT and hints.returns_later(key)  # its session returns after DRAM gave it up
+        admission = self.admission
         if not self.robust:
-            admission = self.admission
             if admission.keyed:
-                return [key] if admission.admits_key(key, event) else None
+                return [key] if admission.admits_key(key, event, node, self._victim(view, key)) else None
             return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
         if self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
-        if not self.admission.should_admit(node.E + evictions - node.e_spent, node.R, event):
+        if admission.keyed:
+            admitted = admission.admits_key(key, event, node, self._victim(view, key))
+        else:
+            admitted = admission.should_admit(node.E + evictions - node.e_spent, node.R, event)
+        if not admitted:
             if not hinted:
                 return None
             hints.counts["hinted_writes"] += 1
@@ -155,6 +159,10 @@ class WriteSequencer:
             self.stats.credit_refused += 1
             return None
         return chain
+
+    def _victim(self, view: TierView, key: Hashable) -> ContextNode | None:
+        """For a ``compares_victim`` policy: the SSD node a write of ``key`` would displace first (None: room)."""
+        return view.ssd_victim(view.size(key)[0]) if self.admission.compares_victim else None
 
     @staticmethod
     def _missing_prefix(view: TierView, key: Hashable, hbm: Container) -> list | None:

@@ -14,7 +14,10 @@ hashes and compares keys.
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from sglang_saria.mem_cache.metadata import ContextNode
 
 
 class TierView(Protocol):
@@ -41,3 +44,6 @@ class TierView(Protocol):
 
     def computed_bytes(self) -> int:
         """Bytes of the distinct KV content computed so far (write-through's minimum)."""
+
+    def ssd_victim(self, tokens: int) -> "ContextNode | None":
+        """The node whose SSD copy a write of ``tokens`` would displace first; None while SSD has room."""

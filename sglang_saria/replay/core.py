@@ -175,6 +175,10 @@ class SariaCore:
             self.ssd_order.touch_prefix(ssd_hits)  # the SSD order's read rule: deepest first
         if plan.ckpt_source == SSD:  # the node's SSD entry was marked read with its FA block
             ssd.bytes_read += self.ckpt_bytes
+        if self.admission.learns:  # what this request wanted from below DRAM: read from SSD or recomputed
+            below = set(keys[plan.n_blocks:])
+            below.update(ssd_hits)
+            self.admission.on_missed(below)
         if reached:
             reading = frozenset(ssd_hits)  # the blocks this request reloads from SSD stay put while it reads them
             hbm = KeySet(keys) if self.robust else ()

@@ -286,13 +286,14 @@ class ReplayRun:
             self.admit(wsid, wridx, t, issue_t)
 
     def hint(self, a: _Active, t: float) -> None:
-        """What the agent would say after this request: its session ended, or (clairvoyant) when it returns."""
+        """What the agent would say after this request: its session ended (where the trace ends it, not where
+        the horizon cuts it: the agent does not know the replay's horizon), or (clairvoyant) when it returns."""
         hints = self.hints
         hints.on_clock(t)
-        if a.ridx + 1 >= self.truncation.kept[a.sid]:
+        if a.ridx + 1 >= len(self.sessions[a.sid].requests):
             hints.session_end(a.keys)
             self.core.ssd_order.demote(a.keys)
-        elif self.settings.hints == "next":
+        elif self.settings.hints == "next" and a.ridx + 1 < self.truncation.kept[a.sid]:
             hints.expect_return(a.keys, self.sessions[a.sid].requests[a.ridx + 1].idle_before_s)
 
     def charge(self, acts: Actions, t: float) -> None:
@@ -399,14 +400,26 @@ def _run(run: ReplayRun, progress: bool, label: str) -> ReplayResult:
 
 def _replay_oracle(sessions: Sequence["TraceSession"], start_times: Sequence[float], cfg: SariaConfig, spec: ModelSpec,
                    settings: ReplaySettings, progress: bool, label: str | None) -> ReplayResult:
+    """``--policy oracle``: ``replay_oracle`` from a DRAM-only first pass, at most ``settings.oracle_max_passes``."""
+    return replay_oracle(sessions, start_times, cfg, spec, settings, {}, None, settings.oracle_max_passes, progress,
+                         label)[0]
+
+
+def replay_oracle(sessions: Sequence["TraceSession"], start_times: Sequence[float], cfg: SariaConfig, spec: ModelSpec,
+                  settings: ReplaySettings, needs: dict[int, set[int]], allowed: frozenset[int] | None,
+                  max_passes: int, progress: bool = False, label: str | None = None
+                  ) -> tuple[ReplayResult, dict[int, set[int]]]:
     """The clairvoyant bound by iteration (replay/oracle.py): each pass writes for what every earlier pass's
-    requests wanted from below DRAM; the last pass is the result, with ``oracle_passes`` and
-    ``oracle_fixed_point`` (False: stopped at ``settings.oracle_max_passes`` with new wants left)."""
-    needs: dict[int, set[int]] = {}
+    requests wanted from below DRAM (``needs`` to start with, grown in place); with ``allowed``, only those
+    blocks are wanted. The wants only grow and are finite, so a fixed point exists. The last pass is the
+    result, with ``oracle_passes`` and ``oracle_fixed_point`` (False: stopped at ``max_passes`` with new
+    wants left); returns it and the wants."""
     label = label or cfg.admission.policy
-    for n in range(1, settings.oracle_max_passes + 1):
+    added = -1
+    for n in range(1, max_passes + 1):
         run = ReplayRun(sessions, start_times, cfg, spec, settings)
         run.oracle.future = FutureNeeds.of(needs)
+        run.needs.allowed = allowed
         res = _run(run, progress, f"{label} pass {n}")
         if res.interrupted:
             break
@@ -416,4 +429,4 @@ def _replay_oracle(sessions: Sequence["TraceSession"], start_times: Sequence[flo
         if added == 0:
             break
     res.metrics.update(policy=label, oracle_passes=n, oracle_fixed_point=added == 0)
-    return res
+    return res, needs

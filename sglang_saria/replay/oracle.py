@@ -74,7 +74,7 @@ class OracleAdmission(AdmissionPolicy):
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
         raise TypeError("the oracle decides by block (admits_key), not by counters")
 
-    def admits_key(self, key: int, event: AdmissionEvent) -> bool:
+    def admits_key(self, key: int, event: AdmissionEvent, node: object = None, victim: object = None) -> bool:
         return event is _EVICT and self.future.wanted_later(key)
 
     def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
@@ -88,16 +88,20 @@ def _make_oracle(pn: policy_names.PolicyName, cfg: object, ssd_capacity_bytes: i
 
 
 class NeedsRecorder:
-    """Records, per request, the blocks it wanted from below DRAM in this pass (read from SSD or missed)."""
+    """Records, per request, the blocks it wanted from below DRAM in this pass (read from SSD or missed);
+    with ``allowed``, only those blocks (the frontier's oracle restricted to its most valuable blocks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: frozenset[int] | None = None) -> None:
         self.by_request: dict[int, set[int]] = {}
+        self.allowed = allowed
 
     def record(self, rid: int, keys: Sequence[int], sources: Sequence[int], achievable: int) -> None:
         """``sources``: the plan's source per hit block (DRAM or SSD); blocks past the hit prefix up to
         ``achievable`` were reusable in an ideal cache and missed."""
         wanted = [k for k, src in zip(keys, sources) if src == SSD]
         wanted += keys[len(sources):achievable]
+        if self.allowed is not None:
+            wanted = [k for k in wanted if k in self.allowed]
         if wanted:
             self.by_request.setdefault(rid, set()).update(wanted)
 

@@ -169,3 +169,9 @@ class ReplayTierView:
     def computed_bytes(self) -> int:
         md = self._md
         return md.created * self._block_bytes + md.created_checkpoints * self._ckpt_bytes
+
+    def ssd_victim(self, tokens: int) -> ContextNode | None:
+        ssd = self._ssd
+        if ssd.free_tokens >= tokens or not ssd.used_tokens:
+            return None
+        return self._nodes[ssd.victim()]

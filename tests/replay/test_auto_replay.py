@@ -8,7 +8,7 @@ from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import same_requests
-from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.replay.workload import apply_limits, session_starts, truncate
 
 SPEC = get_model_spec("qwen3-8b")
 BT = SPEC.default_block_tokens
@@ -45,6 +45,20 @@ def test_end_hints_skip_the_writes_of_ended_sessions(sessions):
     assert 0 < counts["end"] <= len(sessions) and counts["skipped_writes"] > 0  # sessions with a request kept
     assert ended.metrics["ssd_write_bytes"] < plain.metrics["ssd_write_bytes"]
     assert plain.core.admission.hints.counts["end"] == 0  # no hints unless asked
+
+
+def test_end_hints_only_where_the_trace_ends_a_session_not_where_the_horizon_cuts_it(sessions):
+    full = run(sessions, hints="end")
+    cut = run(sessions, hints="end", horizon_s=1800.0)  # most sessions are cut after 30 min
+    kept = truncate(sessions, session_starts(sessions, 7200.0, 0), 1800.0).kept
+    ends_within = sum(1 for s, n in zip(sessions, kept) if n == len(s.requests))
+    assert cut.core.admission.hints.counts["end"] == ends_within < full.core.admission.hints.counts["end"]
+
+
+def test_learned_takes_end_hints(sessions):
+    ended = run(sessions, "learned", hints="end")
+    assert ended.core.admission.hints.counts["skipped_writes"] > 0
+    assert ended.metrics["ssd_write_bytes"] < run(sessions, "learned").metrics["ssd_write_bytes"]
 
 
 def test_clairvoyant_return_hints_bring_writes_forward(sessions):

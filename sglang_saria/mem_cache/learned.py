@@ -1,0 +1,235 @@
+"""``learned`` admission: write a block at its DRAM eviction when its learned chance of reuse pays.
+
+Fixed thresholds and ``auto`` count evictions; what a write is worth is whether the block is read
+again while out of DRAM, and, when the SSD is full, whether it is worth more than the copy it
+displaces. This policy estimates that chance online, from the running workload alone:
+
+- **classes**: at a DRAM eviction of a block not on SSD, the block falls in a class of its counters
+  (request reuses ``R``: 0-3+, DRAM evictions ``E`` with this one: 1-3+) and of the time since a
+  request last used it (log2 of seconds, 0-15+): ``N_CLASSES`` classes;
+- **ghost**: the evicted block's key is remembered with its class (written or not: blocks never
+  written are tracked too), bounded by ``max_bytes`` (``GHOST_BYTES_PER_BLOCK`` per tracked
+  block; the oldest entry goes first); the class's ``seen`` count grows by one;
+- **outcome**: a request that wants a block from below DRAM (read from SSD, or recomputed though
+  a cache could have held it) and finds it in the ghost counts one reuse of its class (``on_missed``);
+- **estimate**: ``p = (reused + 1) / (seen + 2)`` per class (the Laplace rule: no prior fitted to
+  a trace); O(1) per block event.
+
+Decision at an eviction (``admits_key``, EVICT only; every write goes through the sequencer's
+robust rule, prefix-closed): admit when the odds ``p / (1 - p)`` reach the bar
+``odds / (1 + backlog_s / load_ref_s)``, where ``backlog_s`` is the driver's load signal (prefill
+work queued on the GPU, seconds: a queued GPU makes each recomputation dearer) and, under a drive
+rating (``learned:<DWPD>``), the bar is divided by the share of the window's budget left (none
+left: no write). When the SSD has no room for the block, the victim the write would displace is
+classed the same way (its counters and idle time now) and the block is admitted only if its
+chance is higher (TinyLFU's comparison with the victim). The two constants, ``odds`` (1: a write
+pays when a reuse is at least as likely as not) and ``load_ref_s`` (1 s of queued prefill halves
+the bar), are stated in ``docs/admission.md`` with the results at half and double each.
+
+Agents' hints (``hints.py``) come first in the sequencer, as for ``auto``. Decisions are counted by
+reason (``decisions``: ``admit``, ``cold``, ``victim``, ``budget``); ``state_dict`` /
+``load_state_dict`` carry the classes and the ghost across a restart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from sglang_saria import policy_names
+from sglang_saria.config import AdmissionConfig, ConfigError
+from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy
+from sglang_saria.mem_cache.budget import BudgetParams, WriteBudgetController
+from sglang_saria.mem_cache.hints import AgentHints
+from sglang_saria.mem_cache.metadata import ContextNode
+
+_EVICT = AdmissionEvent.EVICT
+
+R_CLASSES, E_CLASSES, AGE_CLASSES = 4, 3, 16
+N_CLASSES = R_CLASSES * E_CLASSES * AGE_CLASSES
+#: memory of one tracked block in the ghost (dict entry and int key object): 64-92 bytes measured with
+#: tracemalloc on CPython 3.11 (92 just after the table doubles, 122 while it does), 104 with a margin
+GHOST_BYTES_PER_BLOCK = 104
+#: Prometheus name of ``decisions`` (label: reason)
+METRIC_DECISIONS = "sglang:saria_learned_admission_decisions_total"
+_STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LearnedParams:
+    """The policy's constants (``AdmissionConfig.learned_*``)."""
+
+    odds: float = 1.0  # reuse odds p / (1 - p) at which a write pays on an idle GPU
+    load_ref_s: float = 1.0  # queued prefill (s) that halves the bar
+    max_bytes: int = 64 << 20  # ghost memory bound
+
+    @property
+    def max_blocks(self) -> int:
+        return max(1, self.max_bytes // GHOST_BYTES_PER_BLOCK)
+
+
+def block_class(R: int, E: int, idle_s: float) -> int:
+    """The class of a block with ``R`` reuses, ``E`` DRAM evictions (this one counted) and ``idle_s``
+    seconds since its last use."""
+    age = 0 if idle_s < 1.0 else min(AGE_CLASSES - 1, 1 + int(math.log2(idle_s)))
+    return ((min(R, R_CLASSES - 1) * E_CLASSES) + min(max(E, 1), E_CLASSES) - 1) * AGE_CLASSES + age
+
+
+class LearnedAdmission(AdmissionPolicy):
+    """``learned`` / ``learned:<DWPD>``: admit by the learned reuse chance of the block's class."""
+
+    keyed = True
+    prefix_closed = True
+    compares_victim = True
+    learns = True
+
+    def __init__(self, params: LearnedParams | None = None, budget: WriteBudgetController | None = None) -> None:
+        super().__init__()
+        self.params = params or LearnedParams()
+        self.budget = budget
+        self.name = "learned" if budget is None else f"learned:{budget.params.dwpd:g}"
+        self.retunes_on_write = budget is not None
+        self.hints = AgentHints()
+        self.seen = [0] * N_CLASSES
+        self.reused = [0] * N_CLASSES
+        self.ghost: dict[Hashable, int] = {}  # evicted block -> its class, until reused or pushed out
+        self.now = 0.0
+        self.backlog_s = 0.0
+        self.decisions = {"admit": 0, "cold": 0, "victim": 0, "budget": 0}
+
+    # ------------------------------------------------------------ driver signals
+    def on_clock(self, now: float) -> None:
+        self.now = now
+        self.hints.on_clock(now)
+        if self.budget is not None:
+            self.budget.on_clock(now)
+
+    def on_load(self, backlog_s: float, now: float) -> None:
+        """Seconds of prefill queued on the GPU that will really be computed, over the measured prefill rate."""
+        self.backlog_s = max(0.0, backlog_s)
+
+    def on_missed(self, keys: Iterable[Hashable]) -> None:
+        """A request wanted ``keys`` from below DRAM (read from SSD or recomputed): each one the ghost
+        holds counts one reuse of its class."""
+        ghost = self.ghost
+        if not ghost:
+            return
+        reused = self.reused
+        for k in ghost.keys() & (keys if isinstance(keys, (set, frozenset)) else set(keys)):
+            reused[ghost.pop(k)] += 1
+
+    # ------------------------------------------------------------ decision
+    def chance(self, cls: int) -> float:
+        """The learned chance that a block of class ``cls`` is wanted again from below DRAM."""
+        return (self.reused[cls] + 1) / (self.seen[cls] + 2)
+
+    def bar(self) -> float:
+        """The reuse odds a write needs now (inf: none allowed)."""
+        b = self.params.odds / (1.0 + self.backlog_s / self.params.load_ref_s)
+        if self.budget is not None:
+            fill = self.budget.fill
+            return b / fill if fill > 0 and self.budget.level > 0 else math.inf
+        return b
+
+    def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
+        raise TypeError("learned decides by block (admits_key), not by counters")
+
+    def admits_key(self, key: Hashable, event: AdmissionEvent, node: ContextNode | None = None,
+                   victim: ContextNode | None = None) -> bool:
+        """At a DRAM eviction (``node.E`` not yet counted): track the block in the ghost (once per
+        eviction: asking again changes nothing) and decide; ``victim``: the SSD copy the write would
+        displace, if the SSD has no room."""
+        if event is not _EVICT or node is None:
+            return False
+        cls = self.ghost.get(key)
+        if cls is None:
+            cls = block_class(node.R, node.E + 1, self.now - node.t_reuse)
+            self._track(key, cls)
+        p = self.chance(cls)
+        bar = self.bar()
+        if bar == math.inf:
+            self.decisions["budget"] += 1
+            return False
+        if p < 1.0 and p / (1.0 - p) < bar:
+            self.decisions["cold"] += 1
+            return False
+        if victim is not None and self.chance(block_class(victim.R, victim.E, self.now - victim.t_reuse)) >= p:
+            self.decisions["victim"] += 1
+            return False
+        self.decisions["admit"] += 1
+        return True
+
+    def _track(self, key: Hashable, cls: int) -> None:
+        ghost = self.ghost
+        if len(ghost) >= self.params.max_blocks:
+            del ghost[next(iter(ghost))]  # the oldest entry (insertion order)
+        ghost[key] = cls
+        self.seen[cls] += 1
+
+    def thresholds(self, event: AdmissionEvent) -> tuple[float, float]:
+        # asked at every eviction of a block not on SSD, never at insert, reuse or prewrite
+        return (0, 0) if event is _EVICT else (math.inf, math.inf)
+
+    def affords(self, extra_bytes: int) -> bool:
+        return self.budget is None or self.budget.affords(extra_bytes)
+
+    def on_admitted(self, event: AdmissionEvent, nbytes: int = 0) -> None:
+        super().on_admitted(event, nbytes)
+        if self.budget is not None:
+            self.budget.on_admitted(event, nbytes)
+
+    def reset(self) -> None:
+        super().reset()
+        if self.budget is not None:
+            self.budget.reset()
+        self.decisions = dict.fromkeys(self.decisions, 0)
+
+    # ------------------------------------------------------------ state
+    def state(self) -> dict[str, float]:
+        """Gauges: the load signal, the bar it gives, the ghost's size and the budget's fill (1 without a cap)."""
+        return {"backlog_s": self.backlog_s, "bar": self.bar(), "ghost_blocks": float(len(self.ghost)),
+                "fill": self.budget.fill if self.budget is not None else 1.0}
+
+    def state_dict(self) -> dict:
+        """The learned state as JSON-able data: class counts and the ghost (keys that are ints or strings)."""
+        return {"version": _STATE_VERSION, "seen": list(self.seen), "reused": list(self.reused),
+                "ghost": [[k, c] for k, c in self.ghost.items() if isinstance(k, (int, str))]}
+
+    def load_state_dict(self, state: dict, source: str = "learned admission state") -> None:
+        """Restore ``state_dict``'s output; a malformed state raises ConfigError naming the field, and
+        changes nothing."""
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            raise ConfigError(f"{source}: version must be {_STATE_VERSION}, got "
+                              f"{state.get('version') if isinstance(state, dict) else type(state).__name__!r}")
+        counts = {}
+        for name in ("seen", "reused"):
+            v = state.get(name)
+            if not (isinstance(v, list) and len(v) == N_CLASSES and all(isinstance(x, int) and x >= 0 for x in v)):
+                raise ConfigError(f"{source}: {name} must be {N_CLASSES} counts >= 0")
+            counts[name] = v
+        if any(r > s for r, s in zip(counts["reused"], counts["seen"])):
+            raise ConfigError(f"{source}: reused must not exceed seen in any class")
+        ghost = state.get("ghost")
+        if not isinstance(ghost, list) or not all(
+                isinstance(e, list) and len(e) == 2 and isinstance(e[0], (int, str)) and isinstance(e[1], int)
+                and 0 <= e[1] < N_CLASSES for e in ghost):
+            raise ConfigError(f"{source}: ghost must be a list of [key, class] with class in [0, {N_CLASSES})")
+        self.seen, self.reused = list(counts["seen"]), list(counts["reused"])
+        self.ghost = {k: c for k, c in ghost[-self.params.max_blocks:]}
+
+
+@policy_names.register("learned")
+def _make_learned(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> LearnedAdmission:
+    cfg = cfg or AdmissionConfig(policy="learned")
+    params = LearnedParams(odds=cfg.learned_odds, load_ref_s=cfg.learned_load_ref_s, max_bytes=cfg.learned_max_bytes)
+    if pn.dwpd is None:
+        return LearnedAdmission(params)
+    capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes
+    if capacity <= 0:
+        raise ConfigError(f"admission.policy='learned:{pn.dwpd:g}': the DWPD needs a drive capacity "
+                          "(admission.budget_capacity_bytes, or an SSD tier)")
+    budget = WriteBudgetController(BudgetParams(dwpd=pn.dwpd, capacity_bytes=capacity, window_s=cfg.budget_window_s,
+                                                low_water=cfg.budget_low_water, theta_min=1,
+                                                theta_max=cfg.budget_theta_max))
+    return LearnedAdmission(params, budget)

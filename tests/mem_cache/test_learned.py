@@ -1,0 +1,129 @@
+"""`learned` admission: a block's reuse chance is learned per class from the ghost of evicted blocks,
+a write must beat the bar (load, budget) and, when the SSD is full, the victim it displaces."""
+
+import math
+
+import pytest
+
+from sglang_saria import policy_names
+from sglang_saria.config import AdmissionConfig, ConfigError, SariaConfig
+from sglang_saria.mem_cache.admission import AdmissionEvent
+from sglang_saria.mem_cache.admission_factory import make_admission_policy
+from sglang_saria.mem_cache.learned import (AGE_CLASSES, GHOST_BYTES_PER_BLOCK, N_CLASSES, LearnedAdmission,
+                                            LearnedParams, block_class)
+from sglang_saria.mem_cache.metadata import ContextNode
+
+EVICT, INSERT, PREWRITE = AdmissionEvent.EVICT, AdmissionEvent.INSERT, AdmissionEvent.PREWRITE
+
+
+def node(R: int, E: int, t_reuse: float) -> ContextNode:
+    n = ContextNode(t_reuse, False)
+    n.R, n.E = R, E
+    return n
+
+
+def teach(policy: LearnedAdmission, R: int, E: int, idle_s: float, n: int, reused: int, first_key: int) -> None:
+    """``n`` evictions of blocks of one class, ``reused`` of them wanted again from below DRAM."""
+    policy.on_clock(10_000.0)
+    keys = range(first_key, first_key + n)
+    for k in keys:
+        policy.admits_key(k, EVICT, node(R, E - 1, 10_000.0 - idle_s))
+    policy.on_missed(list(keys)[:reused])
+
+
+def test_names_config_and_factory():
+    assert policy_names.parse("learned") == policy_names.PolicyName("learned")
+    assert policy_names.parse("learned:3") == policy_names.PolicyName("learned", dwpd=3.0)
+    with pytest.raises(ValueError, match="learned:<DWPD> needs a positive number"):
+        policy_names.parse("learned:0")
+    with pytest.raises(ConfigError, match="admission.learned_odds"):
+        SariaConfig.from_dict({"admission": {"policy": "learned", "learned_odds": 0}}).validate()
+    with pytest.raises(ConfigError, match="admission.learned_max_bytes"):
+        SariaConfig.from_dict({"admission": {"policy": "learned", "learned_max_bytes": -1}}).validate()
+    p = make_admission_policy("learned", AdmissionConfig(policy="learned", learned_odds=2.0, learned_load_ref_s=3.0))
+    assert isinstance(p, LearnedAdmission) and p.params.odds == 2.0 and p.params.load_ref_s == 3.0
+    capped = make_admission_policy("learned:2", AdmissionConfig(policy="learned:2"), ssd_capacity_bytes=1 << 30)
+    assert capped.budget is not None and capped.name == "learned:2"
+    with pytest.raises(ConfigError, match="needs a drive capacity"):
+        make_admission_policy("learned:2", AdmissionConfig(policy="learned:2"))
+
+
+def test_classes_cover_counters_and_idle_time():
+    seen = {block_class(R, E, idle) for R in range(6) for E in range(1, 6) for idle in (0, 0.5, 1, 3, 100, 1e9)}
+    assert seen <= set(range(N_CLASSES))
+    assert block_class(0, 1, 0.2) != block_class(0, 1, 300.0) != block_class(5, 1, 300.0)
+    assert block_class(0, 1, 1e9) % AGE_CLASSES == AGE_CLASSES - 1
+
+
+def test_cold_class_rejected_hot_class_admitted_after_learning():
+    p = LearnedAdmission()
+    teach(p, R=0, E=1, idle_s=600, n=50, reused=2, first_key=0)  # cold: 2 of 50 came back
+    teach(p, R=3, E=2, idle_s=600, n=50, reused=45, first_key=1000)  # hot: 45 of 50
+    assert p.chance(block_class(0, 1, 600)) < 0.1 < 0.85 < p.chance(block_class(3, 2, 600))
+    before = dict(p.decisions)
+    assert not p.admits_key(5000, EVICT, node(0, 0, 10_000.0 - 600))
+    assert p.admits_key(5001, EVICT, node(3, 1, 10_000.0 - 600))
+    assert p.decisions["cold"] == before["cold"] + 1 and p.decisions["admit"] == before["admit"] + 1
+    assert not p.admits_key(5002, INSERT, node(3, 1, 0.0)) and not p.admits_key(5002, PREWRITE, node(3, 1, 0.0))
+
+
+def test_asking_twice_for_one_eviction_tracks_the_block_once():
+    p = LearnedAdmission()
+    n = node(1, 0, 0.0)
+    cls = block_class(1, 1, 0.0)
+    p.admits_key(7, EVICT, n)
+    p.admits_key(7, EVICT, n)
+    assert p.seen[cls] == 1 and len(p.ghost) == 1
+    p.on_missed({7, 8})
+    assert p.reused[cls] == 1 and 7 not in p.ghost
+    p.on_missed([7])  # once reused, the block's eviction is settled
+    assert p.reused[cls] == 1
+
+
+def test_a_hotter_victim_is_kept():
+    p = LearnedAdmission()
+    teach(p, R=1, E=1, idle_s=600, n=40, reused=30, first_key=0)
+    teach(p, R=3, E=3, idle_s=600, n=40, reused=39, first_key=100)
+    candidate = node(1, 0, 10_000.0 - 600)
+    assert p.admits_key(500, EVICT, candidate, victim=None)
+    assert not p.admits_key(501, EVICT, node(1, 0, 10_000.0 - 600), victim=node(3, 3, 10_000.0 - 600))
+    assert p.decisions["victim"] == 1
+    assert p.admits_key(502, EVICT, node(3, 2, 10_000.0 - 600), victim=node(1, 1, 10_000.0 - 600))
+
+
+def test_load_lowers_the_bar_and_an_empty_budget_closes_it():
+    p = LearnedAdmission(LearnedParams(odds=1.0, load_ref_s=2.0))
+    teach(p, R=0, E=1, idle_s=50, n=30, reused=10, first_key=0)  # odds about 1/2
+    k = block_class(0, 1, 50)
+    assert 0.3 < p.chance(k) < 0.4
+    assert not p.admits_key(100, EVICT, node(0, 0, 10_000.0 - 50))
+    p.on_load(4.0, 10_000.0)  # bar 1 / (1 + 4 / 2) = 1/3
+    assert p.bar() == pytest.approx(1 / 3)
+    assert p.admits_key(101, EVICT, node(0, 0, 10_000.0 - 50))
+    capped = make_admission_policy("learned:1", AdmissionConfig(policy="learned:1"), ssd_capacity_bytes=1000)
+    capped.on_clock(0.0)
+    capped.on_admitted(EVICT, 10_000)  # far past the day's 1,000 bytes
+    assert capped.bar() == math.inf
+    assert not capped.admits_key(1, EVICT, node(3, 3, 0.0)) and capped.decisions["budget"] == 1
+
+
+def test_ghost_memory_is_bounded_oldest_first():
+    p = LearnedAdmission(LearnedParams(max_bytes=10 * GHOST_BYTES_PER_BLOCK))
+    for k in range(25):
+        p.admits_key(k, EVICT, node(0, 0, 0.0))
+    assert len(p.ghost) == 10 and min(p.ghost) == 15
+
+
+def test_state_round_trip_and_bad_state_named():
+    p = LearnedAdmission()
+    teach(p, R=2, E=2, idle_s=100, n=20, reused=15, first_key=0)
+    q = LearnedAdmission()
+    q.load_state_dict(p.state_dict())
+    assert q.seen == p.seen and q.reused == p.reused and q.ghost == p.ghost
+    good = p.state_dict()
+    for field, bad in (("version", 99), ("seen", [1, 2]), ("reused", [-1] * N_CLASSES), ("ghost", [[1, N_CLASSES]])):
+        with pytest.raises(ConfigError, match=field):
+            q.load_state_dict({**good, field: bad}, source="state.json")
+    with pytest.raises(ConfigError, match="reused must not exceed seen"):
+        q.load_state_dict({**good, "reused": [s + 1 for s in good["seen"]]})
+    assert q.seen == p.seen  # a refused state changes nothing

@@ -1,0 +1,50 @@
+"""`saria-admission-sweep` end to end on the TraceLab sample (a real trace, replayed in well under a second):
+a run, rows added to it with its frontier kept, the render, and bad input named."""
+
+import json
+
+import pytest
+
+from sglang_saria.bench.admission_sweep import main
+
+
+@pytest.fixture()
+def sweep(shared_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SARIA_SHARED_DIR", str(shared_dir))
+    out = tmp_path / "sweep.json"
+    assert main(["run", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "6500",
+                 "--policies", "none,eviction:E2", "--shares", "0.5,1", "--json", str(out)]) == 0
+    return out
+
+
+def test_run_records_the_frontier_and_every_policy_on_the_same_requests(sweep):
+    doc = json.loads(sweep.read_text())
+    (s,) = doc["settings"]
+    assert [r["policy"] for r in s["rows"]] == ["none", "eviction:E2"]
+    assert len({r["request_set"] for r in s["rows"]}) == 1
+    assert s["frontier"]["points"][0]["k"] == 0 and all(p["fixed_point"] for p in s["frontier"]["points"])
+
+
+def test_rows_only_keeps_the_frontier_and_replaces_rows_of_the_same_policy(sweep, capsys):
+    before = json.loads(sweep.read_text())["settings"][0]
+    assert main(["run", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "6500", "--rows-only",
+                 "--policies", "eviction:E2,oracle", "--variant", "learned@learned_odds=2", "--json", str(sweep)]) == 0
+    after = json.loads(sweep.read_text())["settings"][0]
+    assert after["frontier"] == before["frontier"]
+    assert [(r["policy"], r["variant"]) for r in after["rows"]] == [
+        ("none", ""), ("eviction:E2", ""), ("oracle", ""), ("learned", "learned_odds=2")]
+    oracle = after["rows"][2]
+    assert oracle["oracle_fixed_point"] and oracle["oracle_passes"] >= 1
+    rendered = capsys.readouterr().out
+    assert "### Constants halved and doubled" in rendered and "learned (learned_odds=2)" in rendered
+
+
+def test_bad_input_is_named(shared_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("SARIA_SHARED_DIR", str(shared_dir))
+    out = str(tmp_path / "x.json")
+    with pytest.raises(ValueError, match="no field 'learned_oddz'"):
+        main(["run", "--workload", "tracelab", "--variant", "learned@learned_oddz=2", "--json", out])
+    with pytest.raises(ValueError, match="expected weka:A-B"):
+        main(["run", "--workload", "weka:x", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
+    with pytest.raises(SystemExit):
+        main(["run", "--workload", "tracelab", "--rows-only", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
