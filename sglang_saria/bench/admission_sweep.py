@@ -102,11 +102,9 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return policy, changes
 
 
-def run_setting(s: Setting, policies: list[str], variants: list[str], shares: list[float], max_passes: int,
-                frontier: dict | None = None) -> dict:
-    """The frontier (``frontier``: one built before on the same setting, kept) and every policy (and
-    variant) on one setting: raw records. ``oracle`` rows are the replay's ``--policy oracle`` (at most
-    ``ReplaySettings.oracle_max_passes`` passes; the row says whether it reached its fixed point)."""
+def _replay_inputs(s: Setting) -> tuple:
+    """What every replay of setting ``s`` shares: (model spec, sessions, replay settings, session
+    starts, the base config with the setting's block size and capacities)."""
     spec = get_model_spec(s.model)
     bt = spec.default_block_tokens
     sessions = load_workload(s.workload, bt)
@@ -114,6 +112,15 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
     starts = session_starts(sessions, settings.window_s, settings.seed)
     capacity = CapacityConfig(ssd_tokens=s.ssd_tokens) if s.ssd_tokens else CapacityConfig()
     base = SariaConfig(metadata=MetadataConfig(block_tokens=bt), capacity=capacity).validate()
+    return spec, sessions, settings, starts, base
+
+
+def run_setting(s: Setting, policies: list[str], variants: list[str], shares: list[float], max_passes: int,
+                frontier: dict | None = None) -> dict:
+    """The frontier (``frontier``: one built before on the same setting, kept) and every policy (and
+    variant) on one setting: raw records. ``oracle`` rows are the replay's ``--policy oracle`` (at most
+    ``ReplaySettings.oracle_max_passes`` passes; the row says whether it reached its fixed point)."""
+    spec, sessions, settings, starts, base = _replay_inputs(s)
     rows = []
     for text in [*policies, *variants]:
         policy, changes = parse_variant(text)
@@ -216,13 +223,7 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
     wants it recorded under its timing), else wasted (split: the block the policy admitted, or an
     ancestor its chain closed over); a block the oracle wanted and the policy never wrote is missed.
     Counts of block writes and of blocks."""
-    spec = get_model_spec(s.model)
-    bt = spec.default_block_tokens
-    sessions = load_workload(s.workload, bt)
-    settings = ReplaySettings(prefill_tokens_per_s=s.prefill_tps)
-    starts = session_starts(sessions, settings.window_s, settings.seed)
-    capacity = CapacityConfig(ssd_tokens=s.ssd_tokens) if s.ssd_tokens else CapacityConfig()
-    base = SariaConfig(metadata=MetadataConfig(block_tokens=bt), capacity=capacity).validate()
+    spec, sessions, settings, starts, base = _replay_inputs(s)
     oracle, needs = replay_oracle(sessions, starts, replace(base, admission=AdmissionConfig(policy="oracle")), spec,
                                   settings, {}, None, max_passes)
     wanted = set().union(*needs.values()) if needs else set()

@@ -30,12 +30,12 @@ import math
 from dataclasses import dataclass
 
 from sglang_saria import policy_names
-from sglang_saria.config import AdmissionConfig, ConfigError
+from sglang_saria.config import AdmissionConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent, ThresholdAdmission
 
 _INSERT, _REUSE, _EVICT, _PREWRITE = (AdmissionEvent.INSERT, AdmissionEvent.REUSE, AdmissionEvent.EVICT,
                                       AdmissionEvent.PREWRITE)
-from sglang_saria.mem_cache.budget import BudgetParams, WriteBudgetController
+from sglang_saria.mem_cache.budget import WriteBudgetController, rated_budget
 from sglang_saria.mem_cache.hints import AgentHints
 
 
@@ -144,12 +144,4 @@ def _make_auto(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_cap
                       reuse_spend=cfg.auto_reuse_spend, spend_fill=cfg.auto_spend_fill)
     if pn.dwpd is None:
         return AutoAdmission(load)
-    capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes
-    if capacity <= 0:
-        raise ConfigError(f"admission.policy='auto:{pn.dwpd:g}': the DWPD needs a drive capacity "
-                          "(admission.budget_capacity_bytes, or an SSD tier)")
-    # the cap's threshold starts at 1, so the load decides until the window runs low
-    budget = WriteBudgetController(BudgetParams(dwpd=pn.dwpd, capacity_bytes=capacity, window_s=cfg.budget_window_s,
-                                                low_water=cfg.budget_low_water, theta_min=1,
-                                                theta_max=cfg.budget_theta_max))
-    return AutoAdmission(load, budget)
+    return AutoAdmission(load, rated_budget("auto", pn.dwpd, cfg, ssd_capacity_bytes))

@@ -175,3 +175,16 @@ def _make_budget(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_c
         theta_max=cfg.budget_theta_max,
         reuse_offset=cfg.budget_reuse_offset,
     ))
+
+
+def rated_budget(policy: str, dwpd: float, cfg: AdmissionConfig, ssd_capacity_bytes: int) -> WriteBudgetController:
+    """The write budget of ``<policy>:<dwpd>`` (auto, learned): the cap's threshold starts at 1,
+    so the policy's own rule decides until the window runs low. Raises ConfigError without a
+    drive capacity (``admission.budget_capacity_bytes``, or an SSD tier)."""
+    capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes
+    if capacity <= 0:
+        raise ConfigError(f"admission.policy='{policy}:{dwpd:g}': the DWPD needs a drive capacity "
+                          "(admission.budget_capacity_bytes, or an SSD tier)")
+    return WriteBudgetController(BudgetParams(dwpd=dwpd, capacity_bytes=capacity, window_s=cfg.budget_window_s,
+                                              low_water=cfg.budget_low_water, theta_min=1,
+                                              theta_max=cfg.budget_theta_max))

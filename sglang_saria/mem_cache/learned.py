@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from sglang_saria import policy_names
 from sglang_saria.config import AdmissionConfig, ConfigError
 from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy
-from sglang_saria.mem_cache.budget import BudgetParams, WriteBudgetController
+from sglang_saria.mem_cache.budget import WriteBudgetController, rated_budget
 from sglang_saria.mem_cache.hints import AgentHints
 from sglang_saria.mem_cache.metadata import ContextNode
 
@@ -225,11 +225,4 @@ def _make_learned(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_
     params = LearnedParams(odds=cfg.learned_odds, load_ref_s=cfg.learned_load_ref_s, max_bytes=cfg.learned_max_bytes)
     if pn.dwpd is None:
         return LearnedAdmission(params)
-    capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes
-    if capacity <= 0:
-        raise ConfigError(f"admission.policy='learned:{pn.dwpd:g}': the DWPD needs a drive capacity "
-                          "(admission.budget_capacity_bytes, or an SSD tier)")
-    budget = WriteBudgetController(BudgetParams(dwpd=pn.dwpd, capacity_bytes=capacity, window_s=cfg.budget_window_s,
-                                                low_water=cfg.budget_low_water, theta_min=1,
-                                                theta_max=cfg.budget_theta_max))
-    return LearnedAdmission(params, budget)
+    return LearnedAdmission(params, rated_budget("learned", pn.dwpd, cfg, ssd_capacity_bytes))
