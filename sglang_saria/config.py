@@ -56,6 +56,10 @@ class AdmissionConfig:
     # SGLang driver: prefill tokens/s that turn queued tokens into seconds until the scheduler has measured its
     # own rate (hicache/load_signal.py; the paper's GPU); the replay models its GPU with --prefill-tps instead
     auto_prefill_tps: float = 6500.0
+    # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints_intake.py),
+    # the sessions hinted longest ago forgotten first past it; 64 MiB holds ~270 sessions of 128K
+    # tokens at page 64 (0: remember none, an end hint covers its own request's path only)
+    hint_sessions_max_bytes: int = 64 << 20
 
     def validate(self, prefix: str = "admission") -> None:
         try:
@@ -76,6 +80,8 @@ class AdmissionConfig:
         _check(0 <= self.auto_spend_fill <= 1, f"{prefix}.auto_spend_fill", self.auto_spend_fill, "must be in [0, 1]")
         _check(self.auto_reuse_spend >= 0, f"{prefix}.auto_reuse_spend", self.auto_reuse_spend, "must be >= 0")
         _check(self.auto_prefill_tps > 0, f"{prefix}.auto_prefill_tps", self.auto_prefill_tps, "must be > 0")
+        _check(self.hint_sessions_max_bytes >= 0, f"{prefix}.hint_sessions_max_bytes", self.hint_sessions_max_bytes,
+               "must be >= 0 (bytes)")
 
 
 @dataclass
