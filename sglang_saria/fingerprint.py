@@ -16,8 +16,8 @@ What goes in:
   ``2 x SAMPLE_BYTES`` per tensor (about 6 MB for 700 tensors), so a 16 GB model costs well under
   a second, not the minutes a full hash would (``tests/test_fingerprint.py`` times one);
 - the KV format: the host pool's layout and dtype, the page size, the TP rank and size;
-- the server arguments that change KV bytes (``KV_ARGS``: dtype, KV cache dtype, quantization,
-  revision, model overrides, load format, LoRA adapters).
+- the server arguments that change KV bytes (``KV_ARGS``: dtype, KV cache dtype, a hybrid's
+  state dtype, quantization, revision, model overrides, load format, LoRA adapters).
 
 Not in it: the model's path and served name (a copy of the same weights elsewhere is the same
 model; the served name stays in the store keys), the tokenizer (keys are token ids), the
@@ -41,8 +41,8 @@ OTHER_CHUNK = 64 << 10
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 MAX_HEADER_BYTES = 100 << 20  # a safetensors header larger than this is not one
 # Server arguments that change the KV bytes of a page (besides the weights and config).
-KV_ARGS = ("dtype", "kv_cache_dtype", "quantization", "revision", "json_model_override_args", "load_format",
-           "lora_paths")
+KV_ARGS = ("dtype", "kv_cache_dtype", "mamba_ssm_dtype", "quantization", "revision", "json_model_override_args",
+           "load_format", "lora_paths")
 DIGEST_CHARS = 16  # shown in logs and as a metric label; 64 bits tell models apart
 
 

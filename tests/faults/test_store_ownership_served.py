@@ -120,15 +120,18 @@ class Shared:
 
 
 def group_pids(pgid: int) -> set[int]:
-    """The PIDs of a process group (a server's main process and its scheduler)."""
+    """The live PIDs of a process group (a server's main process and its scheduler; an exited
+    one not yet reaped, a zombie, is not counted)."""
     pids = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if os.getpgid(int(entry)) == pgid:
-                    pids.add(int(entry))
-            except ProcessLookupError:
-                pass
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":  # fields after the name: state, ppid, pgrp
+                pids.add(int(entry))
     return pids
 
 
