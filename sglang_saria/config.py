@@ -67,6 +67,10 @@ class AdmissionConfig:
     learned_odds: float = 1.0
     learned_load_ref_s: float = 1.0
     learned_max_bytes: int = 64 << 20
+    # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints_intake.py),
+    # the sessions hinted longest ago forgotten first past it; 64 MiB holds ~270 sessions of 128K
+    # tokens at page 64 (0: remember none, an end hint covers its own request's path only)
+    hint_sessions_max_bytes: int = 64 << 20
 
     def validate(self, prefix: str = "admission") -> None:
         try:
@@ -90,6 +94,8 @@ class AdmissionConfig:
         _check(self.learned_odds > 0, f"{prefix}.learned_odds", self.learned_odds, "must be > 0")
         _check(self.learned_load_ref_s > 0, f"{prefix}.learned_load_ref_s", self.learned_load_ref_s, "must be > 0")
         _check(self.learned_max_bytes > 0, f"{prefix}.learned_max_bytes", self.learned_max_bytes, "must be > 0")
+        _check(self.hint_sessions_max_bytes >= 0, f"{prefix}.hint_sessions_max_bytes", self.hint_sessions_max_bytes,
+               "must be >= 0 (bytes)")
 
 
 @dataclass

@@ -20,7 +20,7 @@ PACKAGE = "sglang_saria"
 SOURCE = Path(__file__).resolve().parents[1] / PACKAGE
 
 # part -> the parts it may import (itself always). A part is a subpackage or a top-level module.
-LEAVES = {"units", "model_specs", "policy_names", "launcher", "hybrid", "digest", "session_affinity"}
+LEAVES = {"units", "model_specs", "policy_names", "launcher", "hybrid", "digest", "session_affinity", "fingerprint"}
 ALLOWED: dict[str, set[str]] = {
     **{leaf: set() for leaf in LEAVES},
     "config": {"units", "policy_names"},
@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "mem_cache": {"config", "units", "policy_names"},
     "replay": {"mem_cache", "config", "units", "policy_names", "model_specs", "session_affinity"},
     "reload": {"mem_cache", "storage", "kernels", "config", "units", "digest"},
-    "hicache": {"reload", "mem_cache", "storage", "kernels", "config", "units", "policy_names", "digest"},
+    "hicache": {"reload", "mem_cache", "storage", "kernels", "config", "units", "policy_names", "digest",
+                "fingerprint"},
     "gpukit": {"reload", "storage", "kernels", "mem_cache", "config", "units", "digest"},
     "agents": {"replay", "units"},
     "demo": {"agents", "launcher", "replay", "units"},

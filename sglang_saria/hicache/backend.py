@@ -35,6 +35,8 @@ from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.hicache.kv_audit import KVAudit
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.hicache.store_identity import claim as claim_store
+from sglang_saria.hicache.store_identity import server_fingerprint
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.reload.host_pages import HostPageView
 from sglang_saria.storage.config import StoreConfig
@@ -175,14 +177,25 @@ class SariaStorage(HiCacheStorage):
         rank_cfg = dataclasses.replace(cfg, data_dirs=[os.path.join(d, sub) for d in cfg.data_dirs])
         for rank_dir in rank_cfg.data_dirs:  # a read-only index or slab: named with its mode, not moved aside
             check_writable(rank_dir)
-        self.store = SariaStore(
-            rank_cfg,
-            bytes_per_token=bytes_per_token,
-            default_slot_bytes=page_bytes or DEFAULT_SLOT_BYTES,
-            on_evict=self._on_store_evict,
-            name=f"{os.path.abspath(cfg.data_dirs[0])}/{sub}",
-            victim_order=SSDVictimOrder(),  # the SSD victim order the replay uses too
-        )
+        name = f"{os.path.abspath(cfg.data_dirs[0])}/{sub}"
+        # Locked, and holding this model's KV or nothing, before the store reads its index.
+        fingerprint = server_fingerprint(self.storage_config, self.mem_pool_host, sub)
+        logger.info("saria store %s: model fingerprint %s (%s: %s)", name, fingerprint, fingerprint.model,
+                    fingerprint.weights)
+        self._claim = claim_store(rank_cfg.data_dirs, fingerprint.digest, cfg.on_fingerprint_mismatch, name)
+        try:
+            self.store = SariaStore(
+                rank_cfg,
+                bytes_per_token=bytes_per_token,
+                default_slot_bytes=page_bytes or DEFAULT_SLOT_BYTES,
+                on_evict=self._on_store_evict,
+                name=name,
+                victim_order=SSDVictimOrder(),  # the SSD victim order the replay uses too
+            )
+            self._claim.record(name)
+        except BaseException:
+            self._claim.release()
+            raise
 
     def _ensure_store(self) -> SariaStore:
         if self.store is None:
@@ -488,3 +501,4 @@ class SariaStorage(HiCacheStorage):
                 self.policy.end_step()  # counters changed since the last step go in the store's last commit
             self.store.close()
             self.store = None
+            self._claim.release()

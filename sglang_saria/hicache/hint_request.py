@@ -19,6 +19,7 @@ from typing import Any, Optional
 FIELD = "saria"
 HINT_KEY = "__saria_hint"  # in custom_params; SGLang's own private keys are "__sglang_*"
 MAX_SESSION_CHARS = 256
+SHOWN_CHARS = 40  # of a bad value echoed in an error: a request may send megabytes
 _KEYS = ("session", "expect_return_s", "end")
 
 
@@ -41,25 +42,37 @@ class AgentHint:
 def parse_hint(raw: Any, field: str = FIELD) -> AgentHint:
     """Validate a hint object; ``ValueError`` naming the field (``saria.session``, ...) and value."""
     if not isinstance(raw, dict):
-        raise ValueError(f"{field}={raw!r}: must be an object with 'session' and 'end' or 'expect_return_s'")
+        raise ValueError(f"{field}={shown(raw)}: must be an object with 'session' and 'end' or 'expect_return_s'")
     unknown = sorted(set(raw) - set(_KEYS))
     if unknown:
-        raise ValueError(f"{field}.{unknown[0]}: unknown key (known: {', '.join(_KEYS)})")
+        raise ValueError(f"{field}.{shown(unknown[0], quote=False)}: unknown key (known: {', '.join(_KEYS)})")
     session = raw.get("session")
     if not isinstance(session, str) or not 0 < len(session) <= MAX_SESSION_CHARS:
-        raise ValueError(f"{field}.session={session!r}: must be a non-empty string of at most "
+        raise ValueError(f"{field}.session={shown(session)}: must be a non-empty string of at most "
                          f"{MAX_SESSION_CHARS} characters")
     end = raw.get("end", False)
     if not isinstance(end, bool):
-        raise ValueError(f"{field}.end={end!r}: must be true or false")
+        raise ValueError(f"{field}.end={shown(end)}: must be true or false")
     after = raw.get("expect_return_s")
     if after is not None:
         if isinstance(after, bool) or not isinstance(after, (int, float)) or not math.isfinite(after) or after < 0:
-            raise ValueError(f"{field}.expect_return_s={after!r}: must be a finite number >= 0 (seconds)")
+            raise ValueError(f"{field}.expect_return_s={shown(after)}: must be a finite number >= 0 (seconds)")
         if end:
             raise ValueError(f"{field}.expect_return_s={after!r}: a session that ends does not return (end=true)")
         after = float(after)
     return AgentHint(session, after, end)
+
+
+def shown(value: Any, quote: bool = True) -> str:
+    """``value`` for an error message: its repr (``quote``) or text, cut after ``SHOWN_CHARS``
+    characters with its length said, so a bad megabyte of request is not sent back whole."""
+    text = repr(value) if quote else str(value)
+    if len(text) <= 2 * SHOWN_CHARS:
+        return text
+    if isinstance(value, str):
+        cut = f"{text[: SHOWN_CHARS + 1]}...'" if quote else f"{text[:SHOWN_CHARS]}..."
+        return f"{cut} ({len(value)} characters)"
+    return f"{text[:SHOWN_CHARS]}... ({len(text)} characters as text)"
 
 
 def validate_field(raw: Any) -> Optional[dict[str, Any]]:

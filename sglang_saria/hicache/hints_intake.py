@@ -9,7 +9,8 @@ path from the root are the request's pages:
   and their SSD copies become the store's first victims (``SariaStorage.demote_pages``);
 - ``expect_return_s``: ``AgentHints.expect_return`` (a page DRAM gives up before then is written);
 - the session's id: the paths of its earlier hinted requests are remembered (``SessionPaths``,
-  bounded), so an ``end`` also covers pages of its turns that the last request did not reuse
+  bounded in bytes by ``admission.hint_sessions_max_bytes``), so an ``end`` also covers pages of
+  its turns that the last request did not reuse
   (a branch, a compacted history).
 
 A request that matches pages makes an end hint on them void (``policy.on_request_match``,
@@ -21,6 +22,7 @@ policies ignore them. Counted as ``sglang:saria_hints_total{kind}`` (``load_sign
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -28,32 +30,51 @@ from typing import Any, Optional
 from sglang_saria.hicache.hint_request import AgentHint, hint_of
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 
-MAX_SESSIONS = 4096  # sessions whose last hinted path is remembered (oldest forgotten first)
+ENTRY_OVERHEAD_BYTES = 200  # one session's dict entry and tuple header (CPython, 64-bit), beyond its strings
 
 
 class SessionPaths:
-    """The page hashes of each session's last hinted request, for at most ``max_sessions`` sessions."""
+    """The page hashes of each session's last hinted request, at most ``max_bytes`` of them in all
+    (``admission.hint_sessions_max_bytes``): a 128K-token context is 2,000 hashes at page 64 but
+    128,000 at page 1, so a bound by count would not bound memory. Past the bound the sessions
+    hinted longest ago are forgotten first (an ``end`` then covers only its own request's path);
+    a single path larger than the whole bound is not kept."""
 
-    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
-        self.max_sessions = max_sessions
-        self._paths: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.nbytes = 0
+        self._paths: OrderedDict[str, tuple[tuple[str, ...], int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._paths)
 
     def record(self, session: str, hashes: Sequence[str]) -> tuple[str, ...]:
         """Remember ``hashes`` as the session's path; returns its earlier one's pages not in it."""
-        earlier = self._paths.pop(session, ())
-        self._paths[session] = tuple(hashes)
-        if len(self._paths) > self.max_sessions:
-            self._paths.popitem(last=False)
+        earlier = self.forget(session)
+        path = tuple(hashes)
+        cost = entry_bytes(session, path)
+        if cost <= self.max_bytes:
+            self._paths[session] = (path, cost)
+            self.nbytes += cost
+            while self.nbytes > self.max_bytes:
+                _, (_, oldest) = self._paths.popitem(last=False)
+                self.nbytes -= oldest
         if not earlier:
             return ()
-        now = set(hashes)
+        now = set(path)
         return tuple(h for h in earlier if h not in now)
 
-    def forget(self, session: str) -> None:
-        self._paths.pop(session, None)
+    def forget(self, session: str) -> tuple[str, ...]:
+        """Drop the session's path; returns it (empty if none was kept)."""
+        path, cost = self._paths.pop(session, ((), 0))
+        self.nbytes -= cost
+        return path
+
+
+def entry_bytes(session: str, path: tuple[str, ...]) -> int:
+    """Memory one remembered session holds: its id, its hashes and the containers (an upper
+    bound: hashes the radix tree still holds are shared with it)."""
+    return ENTRY_OVERHEAD_BYTES + sys.getsizeof(session) + 8 * len(path) + sum(sys.getsizeof(h) for h in path)
 
 
 def apply_hint(policy: SariaHiCachePolicy, sessions: SessionPaths, hint: AgentHint, hashes: Sequence[str]) -> None:
@@ -87,7 +108,7 @@ class HintsIntakeMixin:
         if hint is None or policy is None or policy.hints is None:
             return
         if self._sessions is None:
-            self._sessions = SessionPaths()
+            self._sessions = SessionPaths(policy.config.admission.hint_sessions_max_bytes)
         tree = self.tree_core  # type: ignore[attr-defined]
         node = req.last_node
         apply_hint(policy, self._sessions, hint, tree.get_prefix_hash_values(node) + tree.get_hash_values(node))

@@ -56,6 +56,7 @@ class Capacity:
 DEFAULT_CAPACITY_BYTES = 4 * 2**30
 ENGINES = ("auto", "posix", "kvikio")
 O_DIRECT_MODES = ("auto", "on", "off")
+FINGERPRINT_MISMATCH_MODES = ("set_aside", "refuse")
 
 
 @dataclass
@@ -81,6 +82,9 @@ class StoreConfig:
     # Test-only: a fault the store's engine runs (storage/fault_injection.py), given as
     # {"class": "module:Class", ...its arguments} or as the injector itself.
     fault_injector: Optional[Any] = None
+    # A store holding another model's KV (hicache/store_identity.py): "set_aside" moves it aside
+    # and starts empty, "refuse" stops the server naming both model fingerprints.
+    on_fingerprint_mismatch: str = "set_aside"
 
     KEYS = (
         "data_dirs",
@@ -94,6 +98,7 @@ class StoreConfig:
         "sync_writes",
         "preallocate",
         "fault_injector",
+        "on_fingerprint_mismatch",
     )
 
     def __post_init__(self) -> None:
@@ -115,6 +120,9 @@ class StoreConfig:
             self.capacity = Capacity.parse(self.capacity)
         if self.engine not in ENGINES:
             raise ValueError(f"saria store config: engine={self.engine!r} not in {ENGINES}")
+        if self.on_fingerprint_mismatch not in FINGERPRINT_MISMATCH_MODES:
+            raise ValueError(f"saria store config: on_fingerprint_mismatch={self.on_fingerprint_mismatch!r} "
+                             f"not in {FINGERPRINT_MISMATCH_MODES}")
         if self.o_direct not in O_DIRECT_MODES:
             raise ValueError(f"saria store config: o_direct={self.o_direct!r} not in {O_DIRECT_MODES}")
         for name in ("read_threads", "write_threads"):

@@ -9,7 +9,8 @@ extra config (``StoreConfig.fault_injector``), with its arguments::
 or passes an instance in ``StoreConfig(fault_injector=ReadDelay(1.0))``. Never set one in production.
 
 ``ReadDelay``: every read sleeps first. ``FullDisk``: every write fails with ENOSPC until freed
-(or while a file the test names exists).
+(or while a file the test names exists). ``HeldWrites``: while a file exists, every write stops
+half-way (half its bytes on disk) until the file is gone, so a test kills a server mid-put.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
 
-from sglang_saria.storage.buffers import Segment
+from sglang_saria.storage.buffers import Segment, total_bytes
+from sglang_saria.storage.config import ALIGN
 from sglang_saria.storage.io_engine import IOEngine
 from sglang_saria.units import ConfigError
 
@@ -145,3 +147,62 @@ class _FullDiskWrites(WrappedEngine):
         if full:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return self.inner.write(dir_idx, offset, segs)
+
+
+HOLD_POLL_S = 0.05
+
+
+class HeldWrites(FaultInjector):
+    """While ``hold_file`` exists, every slab write writes the first half of its bytes (rounded
+    down to ``ALIGN``), then creates ``held_file`` (its text: ``<dir_idx> <file offset>`` of the
+    first held write) and waits until ``hold_file`` is removed before writing the whole run. A
+    test kills the server while a write waits there: the object is half on disk and its index row
+    was never committed (``tests/faults/test_kill_mid_write.py``)::
+
+        "fault_injector": {"class": "sglang_saria.storage.fault_injection:HeldWrites",
+                           "hold_file": "/tmp/x/hold", "held_file": "/tmp/x/held"}
+    """
+
+    def __init__(self, hold_file: str, held_file: str) -> None:
+        for name, path in (("hold_file", hold_file), ("held_file", held_file)):
+            if not (isinstance(path, str) and os.path.isabs(path)):
+                raise ConfigError(f"saria store config: fault_injector.{name}={path!r}: must be an absolute path "
+                                  "(test-only)")
+        self.hold_file = hold_file
+        self.held_file = held_file
+
+    def wrap(self, engine: IOEngine) -> IOEngine:
+        return _HeldWrites(engine, self)
+
+
+class _HeldWrites(WrappedEngine):
+    def __init__(self, engine: IOEngine, held: HeldWrites) -> None:
+        super().__init__(engine)
+        self.held = held
+
+    def write(self, dir_idx: int, offset: int, segs: Sequence[Segment]) -> int:
+        if os.path.exists(self.held.hold_file):
+            half = first_bytes(segs, total_bytes(segs) // 2 // ALIGN * ALIGN)
+            if half:
+                self.inner.write(dir_idx, offset, half)
+                self.inner.sync(dir_idx)
+            try:
+                with open(self.held.held_file, "x") as f:  # the first held write names itself
+                    f.write(f"{dir_idx} {offset}\n")
+            except FileExistsError:
+                pass
+            while os.path.exists(self.held.hold_file):
+                time.sleep(HOLD_POLL_S)
+        return self.inner.write(dir_idx, offset, segs)
+
+
+def first_bytes(segs: Sequence[Segment], n: int) -> list[Segment]:
+    """The scatter list of the first ``n`` bytes of ``segs`` (views, no copy)."""
+    out: list[Segment] = []
+    for s in segs:
+        if n <= 0:
+            break
+        k = min(int(s.shape[0]), n)
+        out.append(s[:k])
+        n -= k
+    return out

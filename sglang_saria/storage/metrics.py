@@ -46,6 +46,7 @@ class StoreMetrics:
     online: Gauge
     disk_full: Gauge
     op_seconds: Histogram
+    info: Gauge
 
 
 def store_metrics() -> StoreMetrics:
@@ -138,6 +139,13 @@ def store_metrics() -> StoreMetrics:
                     "Latency of one object get/put",
                     ["store", "op"],
                     buckets=(1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0),
+                ),
+                info=_get_or_create(
+                    Gauge,
+                    "sglang:saria_store_info",
+                    "1 for the store this process holds, labelled with the model fingerprint its KV belongs to",
+                    ["store", "fingerprint"],
+                    multiprocess_mode="mostrecent",
                 ),
             )
         return _METRICS

@@ -11,7 +11,7 @@ import pytest
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.hint_request import HINT_KEY, AgentHint, attach_hint, hint_of, parse_hint, validate_field
-from sglang_saria.hicache.hints_intake import HintsIntakeMixin, SessionPaths, apply_hint
+from sglang_saria.hicache.hints_intake import HintsIntakeMixin, SessionPaths, apply_hint, entry_bytes
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
 from tests.hicache.test_sglang_admission import PAGES, Tree, evict, insert, one_node
 
@@ -21,6 +21,7 @@ BAD_HINTS = {
     "no-session": ({"end": True}, "saria.session=None: must be a non-empty string"),
     "empty-session": ({"session": ""}, "saria.session='': must be a non-empty string"),
     "long-session": ({"session": "x" * 257}, "of at most 256 characters"),
+    "huge-session": ({"session": "x" * 1_000_000}, "saria.session='xxxxxxxx"),
     "end-not-bool": ({"session": "s", "end": 1}, "saria.end=1: must be true or false"),
     "negative-return": ({"session": "s", "expect_return_s": -1}, "saria.expect_return_s=-1: must be a finite number >= 0"),
     "infinite-return": ({"session": "s", "expect_return_s": math.inf}, "saria.expect_return_s=inf"),
@@ -37,6 +38,12 @@ def test_a_malformed_hint_is_refused_naming_the_field(case):
     with pytest.raises(ValueError) as err:
         parse_hint(raw)
     assert words in str(err.value)
+    assert len(str(err.value)) < 400  # an echoed value is cut short, however large the request's
+
+
+def test_a_long_echoed_value_says_how_long_it_was():
+    with pytest.raises(ValueError, match=r"saria.session='x{40}\.\.\.' \(1000000 characters\)"):
+        parse_hint({"session": "x" * 1_000_000})
 
 
 def test_valid_hints_reach_the_scheduler_through_custom_params_beside_the_clients_own():
@@ -70,7 +77,7 @@ def test_an_ended_sessions_node_is_not_written_even_when_a_loaded_auto_would():
     policy.on_ssd_demote = demoted.extend
     tree, node = one_node()
     assert not insert(policy, tree, node)  # computed, written through to host: not written at insert
-    apply_hint(policy, SessionPaths(), AgentHint("s", end=True), PAGES)
+    apply_hint(policy, SessionPaths(1 << 20), AgentHint("s", end=True), PAGES)
     assert evict(policy, node)  # reclaimed at once: no write
     assert policy.admission.admitted["evict"] == 0
     assert policy.hints.counts["end"] == 1 and policy.hints.counts["skipped_writes"] == 1
@@ -81,7 +88,7 @@ def test_a_request_reusing_ended_pages_makes_them_live_again():
     policy = loaded(auto_policy())
     tree, node = one_node()
     insert(policy, tree, node)
-    apply_hint(policy, SessionPaths(), AgentHint("s", end=True), PAGES)
+    apply_hint(policy, SessionPaths(1 << 20), AgentHint("s", end=True), PAGES)
     policy.on_request_match("req-2", tree, node.id)  # another request matched these pages
     assert not evict(policy, node)  # written before its reclaim, as any loaded first eviction
     assert policy.admission.admitted["evict"] == 1
@@ -96,7 +103,7 @@ def test_a_returning_sessions_node_is_written_at_its_first_eviction_while_idle()
     assert policy.admission.admitted["evict"] == 0
     tree, node = one_node()
     insert(policy, tree, node)
-    apply_hint(policy, SessionPaths(), AgentHint("s", expect_return_s=30.0), PAGES)
+    apply_hint(policy, SessionPaths(1 << 20), AgentHint("s", expect_return_s=30.0), PAGES)
     assert not evict(policy, node)  # the session comes back after DRAM gives it up: write it
     assert policy.hints.counts["expect_return"] == 1 and policy.hints.counts["hinted_writes"] == 1
 
@@ -104,7 +111,7 @@ def test_a_returning_sessions_node_is_written_at_its_first_eviction_while_idle()
 def test_an_end_covers_the_sessions_earlier_hinted_branch_and_sessions_are_bounded():
     policy, demoted = auto_policy(), []
     policy.on_ssd_demote = demoted.extend
-    sessions = SessionPaths(max_sessions=2)
+    sessions = SessionPaths(2 * entry_bytes("a", ("p",)))
     apply_hint(policy, sessions, AgentHint("s"), ["a0", "b1"])  # a turn on a branch, only registered
     assert policy.hints.counts == {"end": 0, "expect_return": 0, "dropped": 0, "skipped_writes": 0, "hinted_writes": 0}
     apply_hint(policy, sessions, AgentHint("s", end=True), ["a0", "c1", "c2"])
@@ -114,6 +121,28 @@ def test_an_end_covers_the_sessions_earlier_hinted_branch_and_sessions_are_bound
     for name in ("a", "b", "c"):
         sessions.record(name, ["p"])
     assert len(sessions) == 2 and sessions.record("a", ["q"]) == ()  # "a", the oldest, was forgotten
+
+
+def test_session_paths_are_bounded_in_bytes_at_page_1_as_at_page_64():
+    """128K-token contexts: 2,000 hashes a session at page 64, 128,000 at page 1."""
+    hashes = [f"{i:064x}" for i in range(128_000)]
+    bound = 4 << 20
+    for page in (64, 1):
+        sessions = SessionPaths(bound)
+        path = hashes[: 128_000 // page]
+        for n in range(40):
+            sessions.record(f"session-{n:02d}", path)
+            assert sessions.nbytes <= bound
+        kept = bound // entry_bytes("session-00", tuple(path))
+        assert len(sessions) == kept  # 17 sessions at page 64, none at page 1: one path is over the bound
+        assert sessions.nbytes == kept * entry_bytes("session-00", tuple(path))
+    assert SessionPaths(bound).record("s", hashes) == ()  # not kept, and nothing earlier to return
+
+
+def test_the_default_bound_is_64_mib_and_a_negative_one_is_named():
+    assert SariaConfig().admission.hint_sessions_max_bytes == 64 << 20
+    with pytest.raises(ValueError, match="admission.hint_sessions_max_bytes=-1: must be >= 0"):
+        SariaConfig.from_dict({"admission": {"hint_sessions_max_bytes": -1}})
 
 
 class _Base:
