@@ -1,5 +1,5 @@
 """A device pool under SGLang's admission with direct reloads, step by step: the replay's model of
-reload admission (`reload/device_admission.py`) and the reference its tests check the rule on.
+reload admission (`mem_cache/reload_admission.py`) and the reference its tests check the rule on.
 
 What is modelled, per scheduler step, in this order (SGLang's, `Scheduler.event_loop` with
 `check_hicache_events` before the admission loop):
@@ -11,7 +11,7 @@ What is modelled, per scheduler step, in this order (SGLang's, `Scheduler.event_
    locked (held) until the request's prefill (``hold="prefill"``) or for one step
    (``hold="step"``, the behaviour before the rule);
 4. deferred reloads claim device slots (evicting unlocked cache LRU first): under the rule
-   (``claims="rule"``, `device_admission.admits` in `claim_order`) or whenever the pool
+   (``claims="rule"``, `reload_admission.admits` in `claim_order`) or whenever the pool
    allows (``claims="greedy"``);
 5. SGLang's admission loop (`PrefillAdder.add_one_req`): in queue order, a request whose
    reload is still running is skipped, the first one that does not fit stops the loop; a
@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sglang_saria.reload.device_admission import (
+from sglang_saria.mem_cache.reload_admission import (
     Holders,
     ReloadDemand,
     admission_need,

@@ -1,4 +1,4 @@
-"""Reload admission (reload/device_admission.py) against a model of SGLang's admission rule
+"""Reload admission (mem_cache/reload_admission.py) against a model of SGLang's admission rule
 (replay/device.py: `add_one_req`'s ``extend + max_new + page < free + evictable - reserve``, the
 first request that does not fit ends the loop): over arrival orders and pool sizes, the rule
 never deadlocks and never evicts a reloaded tail before its request is admitted; claiming
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sglang_saria.reload.device_admission import (
+from sglang_saria.mem_cache.reload_admission import (
     Holders,
     ReloadDemand,
     admission_need,
@@ -84,14 +84,11 @@ def workloads(draw: st.DrawFn, plain: bool) -> tuple[int, list[DeviceRequest]]:
     n = draw(st.integers(1, 8))
     requests = []
     for i in range(n):
-        max_new = draw(st.integers(1, 32))
-        uncached = draw(st.integers(1, 200))
         # Every request fits an empty pool (SGLang rejects a longer one at its input check).
-        room = capacity - PAGE - max_new - uncached - 1
-        if room < 0:
-            uncached, room = 1, capacity - PAGE - max_new - 2
-        stored = draw(st.integers(0 if plain else 1, max(room, 1 if not plain else 0)))
-        stored = min(stored, max(room, 0))
+        max_new = draw(st.integers(1, 32))
+        uncached = draw(st.integers(1, min(200, capacity - PAGE - max_new - 2)))
+        top = capacity - PAGE - max_new - uncached - 1
+        stored = draw(st.integers(0 if plain else 1, top))
         requests.append(DeviceRequest(f"r{i}", draw(st.integers(0, 6)), stored, uncached, max_new))
     return capacity, requests
 
