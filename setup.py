@@ -14,6 +14,7 @@ setup(
         "console_scripts": [
             "saria-replay=sglang_saria.replay.cli:main",
             "saria-plan=sglang_saria.replay.planning.cli:main",
+            "saria-restart-turns=sglang_saria.bench.restart_turns:main",
         ]
     },
 )
