@@ -228,3 +228,50 @@ class DevicePool:
                 self.running.remove(r)
                 self.cache.append(_Entry(r.tokens))
                 run.finished[r.rid] = step
+
+
+MODES = (("greedy", "step"), ("greedy", "prefill"), ("rule", "prefill"))  # before, naive hold, the rule
+
+
+def sessions_at_once(count: int, stored: int, uncached: int, max_new: int) -> list[DeviceRequest]:
+    """``count`` sessions after a restart: each turn's history in the store, all arriving at once."""
+    return [DeviceRequest(f"s{i}", 0, stored, uncached, max_new) for i in range(count)]
+
+
+def compare(capacity: int, counts: list[int], stored: int, uncached: int, max_new: int,
+            max_steps: int = 100_000) -> list[dict]:
+    """One row per session count and mode (claims, hold): reloaded tokens reused and wasted,
+    deadlock, steps until every request finished."""
+    rows = []
+    for count in counts:
+        requests = sessions_at_once(count, stored, uncached, max_new)
+        for claims, hold in MODES:
+            run = DevicePool(capacity, claims=claims, hold=hold).run(requests, max_steps)
+            rows.append({"sessions": count, "claims": claims, "hold": hold, "stored": count * stored,
+                         "reused": sum(run.reused.values()), "wasted": run.wasted,
+                         "deadlocked": run.deadlocked, "steps": run.steps})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="direct reloads under SGLang's admission: claims and holds compared")
+    parser.add_argument("--capacity", type=int, default=1280, help="device tokens (default: the demo's 1,280)")
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 4, 8, 16, 64])
+    parser.add_argument("--stored", type=int, default=480, help="stored history tokens per session")
+    parser.add_argument("--uncached", type=int, default=228, help="new prompt tokens per session")
+    parser.add_argument("--max-new", type=int, default=8)
+    args = parser.parse_args(argv)
+    for name in ("capacity", "stored", "uncached", "max_new"):
+        if getattr(args, name) < (1 if name != "stored" else 0):
+            parser.error(f"--{name.replace('_', '-')}: {getattr(args, name)}: must be positive")
+    print(f"{'sessions':>8} {'claims':<7} {'hold':<8} {'stored':>7} {'reused':>7} {'wasted':>7} {'deadlock':>8} {'steps':>6}")
+    for r in compare(args.capacity, args.sessions, args.stored, args.uncached, args.max_new):
+        print(f"{r['sessions']:>8} {r['claims']:<7} {r['hold']:<8} {r['stored']:>7} {r['reused']:>7} {r['wasted']:>7} "
+              f"{str(r['deadlocked']):>8} {r['steps']:>6}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -120,3 +120,15 @@ def test_rule_with_plain_requests_finishes(workload: tuple[int, list[DeviceReque
 def test_bad_mode_is_named() -> None:
     with pytest.raises(ValueError, match="claims='fifo'"):
         DevicePool(1280, claims="fifo")
+
+
+def test_compare_table_at_scale_shows_the_rule_keeps_every_reload():
+    from sglang_saria.replay.device import compare
+
+    rows = {(r["sessions"], r["claims"], r["hold"]): r for r in compare(1280, [4, 64], 480, 228, 8)}
+    for n in (4, 64):
+        assert rows[n, "greedy", "step"]["wasted"] > 0
+        rule = rows[n, "rule", "prefill"]
+        assert rule["reused"] == rule["stored"] == n * 480 and rule["wasted"] == 0 and not rule["deadlocked"]
+    naive = compare(1280, [2], 632, 16, 8, max_steps=500)
+    assert {(r["claims"], r["hold"]): r["deadlocked"] for r in naive}[("greedy", "prefill")]
