@@ -146,10 +146,11 @@ class TransferConfig:
     # into device slots at once (later SSD hits wait in the queue; a longer one loads its
     # leading part). Bounds the device slots held by reloads not yet admitted.
     max_inflight_reload_tokens: int = 524288
-    # A direct reload's published pages stay locked on the device until its request's prefill,
-    # at most this long (seconds; then evictable, so a request that cannot be admitted ahead
-    # of them in SGLang's queue waits no longer); reloads claim device memory only while every
-    # such request stays admissible (mem_cache/reload_admission.py).
+    # Reloads claim device memory only while every reloaded request not yet admitted stays
+    # admissible (mem_cache/reload_admission.py). A reload waits at most this long (seconds)
+    # for that memory (then its request recomputes), and its published pages stay locked until
+    # its request's prefill at most this long (then evictable, so a request that cannot be
+    # admitted ahead of them in SGLang's queue waits no longer).
     reload_hold_s: float = 30.0
     # Pages per direct-reload step (read, verify, gather). The reloader owns two such
     # staging chunks from construction (double buffer: the next chunk reads while this one

@@ -261,6 +261,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             # size under a prefill batch being built (this may run inside that loop).
             host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
             deadline=self.step_clock() + timeout,
+            memory_deadline=self.step_clock() + self._direct.hold_s,
             prompt_tokens=len(prefix) + len(tokens),
             # The plan ends on the checkpoint of its last page, which the store's sidecar
             # holds (a tree node holding a state there would have been matched).

@@ -52,6 +52,9 @@ class PendingReload:
     plan: ReloadPlan
     host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
     deadline: float  # step clock; the `timeout` prefetch policy cuts the reload here
+    # Step clock: while the device-memory rule holds it back (its request could not be admitted
+    # before the holders' anyway), it waits until here (`transfer.reload_hold_s`), then recomputes.
+    memory_deadline: float = 0.0
     prompt_tokens: int = 0  # the request's prompt as the probe saw it (SGLang's queue says better)
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
@@ -228,7 +231,8 @@ class PendingReloads:
         (`mem_cache/reload_admission.py`: every holder's request stays admissible), in SGLang's
         queue order: the first one the rule holds back stops the claims (a later one would
         delay it). One that could not fit even in an empty pool is released at once; one the
-        pool cannot take yet waits until its deadline, then its request recomputes.
+        pool cannot take yet waits until its deadline or memory deadline, whichever is later,
+        then its request recomputes.
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
         if not self.deferred:
             return
@@ -244,7 +248,7 @@ class PendingReloads:
                 continue
             slots = self.host.claim_reload(pending, demand, self.holders.held_need())
             if slots is None:
-                if self.host.step_clock() <= pending.deadline:
+                if self.host.step_clock() <= max(pending.deadline, pending.memory_deadline):
                     return
                 self._give_up(rid, "device_memory")
                 continue

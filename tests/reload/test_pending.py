@@ -398,3 +398,19 @@ def test_a_released_reload_stops_holding(machine):
     assert "a" in reloads.holders
     reloads.abort("a")
     assert "a" not in reloads.holders and reloads.holders.held_need() == 0
+
+
+def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
+    """The rule holds a reload back while other reloaded requests go first: it waits past the
+    prefetch deadline, up to its memory deadline (`transfer.reload_hold_s`), then recomputes."""
+    reloads, host, metrics = machine
+    host.free = 4
+    p = pending("a", 2, deadline=1.0)
+    p.memory_deadline = 30.0
+    reloads.track(p)
+    host.clock = 20.0
+    reloads.start_deferred(cap=1000)
+    assert "a" in reloads and not metrics.fallbacks
+    host.clock = 31.0
+    reloads.start_deferred(cap=1000)
+    assert "a" not in reloads and metrics.fallbacks == ["device_memory"]
