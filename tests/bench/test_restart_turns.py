@@ -32,8 +32,8 @@ def test_table_puts_saria_beside_file_per_session():
     def turn(name: str, storage: int) -> RestartTurn:
         return RestartTurn(name, 800, storage, 800 - storage, 0.3, [], [])
 
-    runs = [RestartRun("saria", 2, [turn("agent-a", 784), turn("agent-b", 784)], {"sglang:saria_reload_tokens_wasted_total": 0.0}),
+    runs = [RestartRun("saria", 2, [turn("agent-a", 784), turn("agent-b", 480)], {"sglang:saria_reload_tokens_wasted_total": 0.0}),
             RestartRun("file", 2, [turn("agent-a", 784), turn("agent-b", 392)], {})]
     rows = table(runs).splitlines()
     assert rows[1].split()[:5] == ["2", "agent-a", "784", "784", "1.00"]
-    assert rows[2].split()[:5] == ["2", "agent-b", "784", "392", "2.00"]
+    assert rows[2].split()[:5] == ["2", "agent-b", "480", "392", "1.22"]  # cached: 480 / 392
