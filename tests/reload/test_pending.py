@@ -46,7 +46,8 @@ class FakeHost:
 
     def reload_demands(self, pendings: list[PendingReload], tokens: list[int]) -> list[ReloadDemand]:
         queue = {rid: i for i, rid in enumerate(self.queue)}
-        return [ReloadDemand(p.rid, n, self.needs.get(p.rid, 1), queue.get(p.rid, i)) for i, (p, n) in enumerate(zip(pendings, tokens))]
+        return [ReloadDemand(p.rid, n, self.needs.get(p.rid, 1), queue.get(p.rid, i))
+                for i, (p, n) in enumerate(zip(pendings, tokens))]
 
     def device_capacity(self) -> int:
         return self.capacity
