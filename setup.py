@@ -19,6 +19,7 @@ setup(
             "saria-plan=sglang_saria.replay.planning.cli:main",
             "saria-fleet-table=sglang_saria.replay.fleet_table:main",
             "saria-admission-sweep=sglang_saria.bench.admission_sweep:main",
+            "saria-restart-turns=sglang_saria.bench.restart_turns:main",
         ],
         "sglang.srt.plugins": ["saria = sglang_saria.plugin:register"],
     },

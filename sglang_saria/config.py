@@ -181,6 +181,12 @@ class TransferConfig:
     # into device slots at once (later SSD hits wait in the queue; a longer one loads its
     # leading part). Bounds the device slots held by reloads not yet admitted.
     max_inflight_reload_tokens: int = 524288
+    # Reloads claim device memory only while every reloaded request not yet admitted stays
+    # admissible (mem_cache/reload_admission.py). A reload waits at most this long (seconds)
+    # for that memory (then its request recomputes), and its published pages stay locked until
+    # its request's prefill at most this long (then evictable, so a request that cannot be
+    # admitted ahead of them in SGLang's queue waits no longer).
+    reload_hold_s: float = 30.0
     # Pages per direct-reload step (read, verify, gather). The reloader owns two such
     # staging chunks from construction (double buffer: the next chunk reads while this one
     # is gathered), reserved out of SGLang's KV budget (hicache/reload_staging.py).
@@ -208,6 +214,13 @@ class TransferConfig:
             f"{prefix}.reload_chunk_pages",
             pages,
             "must be a positive integer (pages)",
+        )
+        hold = self.reload_hold_s
+        _check(
+            isinstance(hold, (int, float)) and not isinstance(hold, bool) and hold > 0,
+            f"{prefix}.reload_hold_s",
+            hold,
+            "must be a positive number (seconds)",
         )
         trace = self.pacing_trace
         _check(isinstance(trace, str), f"{prefix}.pacing_trace", trace, "must be a file path or \"\"")

@@ -31,6 +31,10 @@ def test_from_dict_names_bad_field_and_value():
         with pytest.raises(ConfigError, match=r"extra-config: transfer.reload_chunk_pages=.*(positive integer|expected an integer)"):
             SariaConfig.from_dict({"transfer": {"reload_chunk_pages": bad}}, source="extra-config")
     assert SariaConfig.from_dict({"transfer": {"reload_chunk_pages": 4}}).transfer.reload_chunk_pages == 4
+    for bad in (0, -1.0, "30", True):
+        with pytest.raises(ConfigError, match=r"extra-config: transfer.reload_hold_s=.*(positive number|expected)"):
+            SariaConfig.from_dict({"transfer": {"reload_hold_s": bad}}, source="extra-config")
+    assert SariaConfig.from_dict({"transfer": {"reload_hold_s": 5}}).transfer.reload_hold_s == 5
 
 
 def test_from_dict_round_trips_and_parses_capacities():

@@ -60,6 +60,10 @@ class SariaServingMetrics:
         self._promoted_tokens = Counter(
             "sglang:saria_promoted_tokens_total", "SSD-hit tokens copied from device to host (lazy partial promotion)"
         )
+        self._reload_wasted = Counter(
+            "sglang:saria_reload_tokens_wasted_total",
+            "Tokens reloaded into the device pool and evicted before their request was admitted",
+        )
         self._reload_followers = Counter(
             "sglang:saria_reload_followers_total",
             "Requests that waited for another request's reload of their stored pages instead of reading them again",
@@ -172,6 +176,10 @@ class SariaServingMetrics:
 
     def reload_fallback(self, reason: str) -> None:
         self._reload_fallbacks.labels(reason=reason).inc()
+
+    def reload_wasted(self, tokens: int) -> None:
+        if tokens > 0:
+            self._reload_wasted.inc(tokens)
 
     def reload_followed(self) -> None:
         self._reload_followers.inc()

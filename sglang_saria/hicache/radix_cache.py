@@ -72,11 +72,13 @@ from sglang_saria.hicache.load_signal import LoadSignalMixin
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.rank_agreement import RankAgreement, attention_groups, connect_agreement, worker_agreement
+from sglang_saria.hicache.reload_holds import Hold, ReloadHolds, decode_reserve, reload_demands
 from sglang_saria.hicache.reload_setup import DirectReload, WorkerHooks, build_direct_reload
 from sglang_saria.hicache.reload_report import audit_reload, report_reload
 from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.tree_core import NAME as SARIA_TREE_CORE
 from sglang_saria.hicache.unit_eviction import evict_host_units
+from sglang_saria.mem_cache.reload_admission import ReloadDemand, admits
 from sglang_saria.reload.pending import PendingReload, PendingReloads, reload_job
 from sglang_saria.reload.worker import ReloadJob
 
@@ -96,8 +98,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         self._published: dict[str, int] = {}  # request id -> end of its reloaded prefix
         # request id -> (node ending the promoted share, its tokens), copied after prefill
         self._promotions: dict[str, tuple[NodeId, int]] = {}
-        # Locks holding freshly reloaded tails until their request locks its own path.
-        self._reload_locks: list[tuple[NodeId, Any]] = []
+        self._holds = ReloadHolds()  # published tails, locked until their request's prefill
         self._direct: Optional[DirectReload] = None  # built by `init_hicache` where it can run
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
         self._audited_state: tuple = ()
@@ -282,6 +283,8 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             # size under a prefill batch being built (this may run inside that loop).
             host_lock=self.inc_host_lock_ref(anchor).to_dec_params(),
             deadline=self.step_clock() + timeout,
+            memory_deadline=self.step_clock() + self._direct.hold_s,
+            prompt_tokens=len(prefix) + len(tokens),
             # The plan ends on the checkpoint of its last page, which the store's sidecar
             # holds (a tree node holding a state there would have been matched).
             state_key=hashes[n_tail - 1] if probe.hybrid else None,
@@ -302,11 +305,23 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         pending.tail_lock = self.inc_host_lock_ref(node).to_dec_params()
 
     # ------------------------------------------------------------------ claim and submit (`ReloadHost`)
-    def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
+    def reload_demands(self, pendings: list[PendingReload], tokens: list[int]) -> list[ReloadDemand]:
+        return reload_demands(pendings, tokens, self._inquirer(), self.page_size)
+
+    def device_capacity(self) -> int:
+        return self.token_to_kv_pool_allocator.size
+
+    def _inquirer(self) -> Any:
+        return None if self._scheduler_load is None else self._scheduler_load.inquirer
+
+    def claim_reload(self, pending: PendingReload, demand: ReloadDemand, held_need: int) -> Optional[torch.Tensor]:
         """Device memory for a reload: the host-only part of the anchor's path loaded back
         (the anchor's device part may have been evicted since arrival, so the plan is made
-        again), the path locked, and ``tokens`` slots for the SSD pages; None, holding
-        nothing, when the pool cannot take them now."""
+        again), the path locked, and ``demand.tokens`` slots for the SSD pages if the room
+        left (free + evictable less the running requests' decode reserve) still admits every
+        holder's request and this one (`reload_admission.admits`); None, holding nothing, when
+        the pool cannot take them now."""
+        tokens = demand.tokens
         anchor, probe = pending.anchor, self._direct.probe
         host_tokens = probe.host_only_tokens(anchor)
         if host_tokens:
@@ -316,7 +331,10 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             # request waits (the request is published once HiCache has acked the copy).
             self.cache_controller.start_loading()
         path_lock = self.inc_lock_ref(anchor).to_dec_params()
-        slots = self._alloc_device(tokens)
+        inquirer = self._inquirer()
+        room = self._component_available_size(ComponentType.FULL) + self.full_evictable_size()
+        room -= decode_reserve(inquirer) if inquirer is not None else 0
+        slots = self._alloc_device(tokens) if admits(room, held_need, demand) else None
         if slots is None:
             self.dec_lock_ref(anchor, path_lock)
             return None
@@ -476,8 +494,10 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         self._policy().on_ssd_reload(hashes)
         last_node = self._insert_tail(request.rid, pending, published)
         self.unlock_reload(pending)
-        # Held until the request locks its own path at admission (next step at the latest).
-        self._reload_locks.append((last_node, self.inc_lock_ref(last_node).to_dec_params()))
+        # Held until the request's prefill (`checkpoint`), its abort or the hold's deadline.
+        hold = Hold(last_node, self.inc_lock_ref(last_node).to_dec_params(), pending.start + len(published),
+                    self.step_clock() + self._direct.hold_s)
+        self._unhold(self._holds.add(request.rid, hold))
         self._published[request.rid] = pending.start + len(published)
         # SGLang's cached-token report: the SSD part is this request's storage hit (the
         # DRAM part, loaded before admission, is reported as a device hit, as HiCache's).
@@ -571,10 +591,22 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         prefill, so it does not compete with the reload and the prefill it serves). Before the
         request's own insert, whose write-through would take the host headroom the promotion
         was sized by at publish."""
+        hold = self._holds.take(req.rid)
+        if hold is not None:  # admitted: what it did not match was reloaded for nothing
+            self._metrics.reload_wasted(hold.end - req.kv.cache_protected_len)
+            self._unhold(hold, req.rid)
         promotion = self._promotions.pop(req.rid, None)
         if promotion is not None:
             self._promote(*promotion)
         super().checkpoint(req, up_to=up_to, **kwargs)
+
+    def _unhold(self, hold: Optional[Hold], rid: Optional[str] = None) -> None:
+        """A published tail's hold ends (``rid``: its request's claim on the room with it)."""
+        if hold is not None and hold.lock is not None:
+            self.dec_lock_ref(hold.node, hold.lock)
+            hold.lock = None
+        if rid is not None:
+            self._reloads.holders.release(rid)
 
     def _promote(self, node_id: NodeId, tokens: int) -> None:
         """Copy a reloaded node device -> host with HiCache's write-through (async D2H);
@@ -595,10 +627,8 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         self._connect_agreement()
         if self._agreement is not None:
             self._agreement.step()
-        # The requests admitted with a reload hold their own path locks by now.
-        locks, self._reload_locks = self._reload_locks, []
-        for node_id, lock_params in locks:
-            self.dec_lock_ref(node_id, lock_params)
+        for rid, hold in self._holds.expired(self.step_clock()):
+            self._unhold(hold, rid)  # evictable now: a request ahead of it in the queue may need the room
         if self._direct is not None:
             self._reloads.reap()
             self._reloads.advance(self.prefetch_stop_policy)
@@ -645,6 +675,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
     def release_aborted_request(self, request: CacheRequestHandle) -> None:
         self._published.pop(request.rid, None)
         self._promotions.pop(request.rid, None)
+        self._unhold(self._holds.take(request.rid), request.rid)
         self._reloads.abort(request.rid)
         super().release_aborted_request(request)
 
@@ -653,6 +684,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             # flush_cache runs with no request queued: only released jobs may still run;
             # they are waited for (a chunk's reads) so no worker writes into the reset pool.
             self._reloads.reset()
-            self._published, self._promotions, self._reload_locks = {}, {}, []
+            self._published, self._promotions = {}, {}
+            self._holds.clear()
         super().reset()
         HostLeafOrder.install(self.tree_core)  # prewrite and headroom read its eviction order

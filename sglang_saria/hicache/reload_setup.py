@@ -43,6 +43,7 @@ class DirectReload:
     probe: ReloadProbe
     max_inflight_tokens: int
     blocking: bool
+    hold_s: float  # a published reload's hold on its device pages, at most (`transfer.reload_hold_s`)
 
     @property
     def hybrid(self) -> bool:
@@ -129,6 +130,7 @@ def build_direct_reload(cache: Any, backend: Any, cfg: SariaConfig, hooks: Worke
         ),
         max_inflight_tokens=cfg.transfer.max_inflight_reload_tokens,
         blocking=cfg.transfer.blocking_reload,
+        hold_s=cfg.transfer.reload_hold_s,
     )
     if direct.blocking:
         logger.warning("saria: transfer.blocking_reload: the scheduler waits for every reload (benchmark-only)")

@@ -29,6 +29,7 @@ from typing import Any, Optional, Protocol
 import torch
 
 from sglang_saria.mem_cache.planner import ReloadPlan
+from sglang_saria.mem_cache.reload_admission import Holders, ReloadDemand, claim_order, fits_alone
 from sglang_saria.reload.device import StateLoad
 from sglang_saria.reload.worker import ReloadJob
 
@@ -51,6 +52,10 @@ class PendingReload:
     plan: ReloadPlan
     host_lock: Any  # keeps the anchor's host copy (and so the node) from arrival on
     deadline: float  # step clock; the `timeout` prefetch policy cuts the reload here
+    # Step clock: while the device-memory rule holds it back (its request could not be admitted
+    # before the holders' anyway), it waits until here (`transfer.reload_hold_s`), then recomputes.
+    memory_deadline: float = 0.0
+    prompt_tokens: int = 0  # the request's prompt as the probe saw it (SGLang's queue says better)
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
     anchor_lock: Any = None  # a device-only anchor (a follower resumed on published pages): its path, until released
@@ -115,9 +120,16 @@ def publishable(pending: PendingReload) -> Optional[str]:
 class ReloadHost(Protocol):
     """What the state machine asks of the adapter: SGLang's tree, pools, locks and ranks."""
 
-    def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
-        """Device memory for a reload (path locked, ``tokens`` slots, a state slot on hybrid
-        trees); None, holding nothing, when the pool cannot take it now."""
+    def reload_demands(self, pendings: list[PendingReload], tokens: list[int]) -> list[ReloadDemand]:
+        """What each reload asks of the device pool (``tokens`` slots each), in SGLang's terms."""
+
+    def device_capacity(self) -> int:
+        """Device tokens of the KV pool."""
+
+    def claim_reload(self, pending: PendingReload, demand: ReloadDemand, held_need: int) -> Optional[torch.Tensor]:
+        """Device memory for a reload (path locked, ``demand.tokens`` slots, a state slot on
+        hybrid trees) if `reload_admission.admits` it with the holders' ``held_need``; None,
+        holding nothing, when the pool cannot take it now."""
 
     def submit_reload(self, pending: PendingReload, slots: torch.Tensor) -> ReloadJob:
         """Start the worker on a claimed reload."""
@@ -165,6 +177,9 @@ class PendingReloads:
         self.inflight_tokens = 0  # device slots held by reload jobs
         self.inflight_states = 0  # device mamba slots held by reload jobs (hybrid trees)
         self.reading: dict[str, str] = {}  # SSD page hash -> the request whose reload reads it
+        # Reloads from their claim to their request's admission (the adapter ends a published
+        # one's hold at the request's prefill, abort or hold deadline): what they will need then.
+        self.holders = Holders()
         # request -> (request, resume context) of those waiting for its reload's pages; and the reverse
         self.followers: dict[str, list[tuple[str, Any]]] = {}
         self.following: dict[str, str] = {}
@@ -211,30 +226,45 @@ class PendingReloads:
             self.host.resume_follower(follower, context)
 
     def start_deferred(self, cap: int, wait: bool = False) -> None:
-        """Submit waiting reloads in arrival order while at most ``cap`` tokens are in flight
-        (one larger than the cap alone was cut to it by the probe) and the pool allows. One
-        the pool cannot take yet waits until its deadline, then its request recomputes.
+        """Submit waiting reloads while at most ``cap`` tokens are in flight (one larger than
+        the cap alone was cut to it by the probe) and the device-memory rule admits them
+        (`mem_cache/reload_admission.py`: every holder's request stays admissible), in SGLang's
+        queue order: the first one the rule holds back stops the claims (a later one would
+        delay it). One that could not fit even in an empty pool is released at once; one the
+        pool cannot take yet waits until its deadline or memory deadline, whichever is later,
+        then its request recomputes.
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
-        while self.deferred:
-            rid = self.deferred[0]
-            pending = self.by_rid[rid]
-            tokens = len(pending.page_hashes) * self.page_size  # tail DRAM and SSD pages
-            if self.inflight_tokens and self.inflight_tokens + tokens > cap:
+        if not self.deferred:
+            return
+        pendings = [self.by_rid[rid] for rid in self.deferred]
+        tokens = [len(p.page_hashes) * self.page_size for p in pendings]  # tail DRAM and SSD pages
+        capacity = self.host.device_capacity()
+        for demand in claim_order(self.host.reload_demands(pendings, tokens)):
+            rid, pending = demand.rid, self.by_rid[demand.rid]
+            if self.inflight_tokens and self.inflight_tokens + demand.tokens > cap:
                 return
-            slots = self.host.claim_reload(pending, tokens)
-            if slots is None:
-                if self.host.step_clock() <= pending.deadline:
-                    return
-                self.deferred.pop(0)
-                self.release(self._leave(rid), "device_memory")
-                self._wake(rid)
+            if not fits_alone(capacity, demand):
+                self._give_up(rid, "device_memory")
                 continue
-            self.deferred.pop(0)
+            slots = self.host.claim_reload(pending, demand, self.holders.held_need())
+            if slots is None:
+                if self.host.step_clock() <= max(pending.deadline, pending.memory_deadline):
+                    return
+                self._give_up(rid, "device_memory")
+                continue
+            self.deferred.remove(rid)
+            self.holders.hold(demand)
             self.inflight_states += pending.state_slot is not None
             pending.job = self.host.submit_reload(pending, slots)
-            self.hold(tokens)
+            self.hold(demand.tokens)
             if wait:
                 pending.job.wait()
+
+    def _give_up(self, rid: str, reason: str) -> None:
+        """A deferred reload is released: its request recomputes, its followers resume."""
+        self.deferred.remove(rid)
+        self.release(self._leave(rid), reason)
+        self._wake(rid)
 
     def advance(self, stop_policy: str) -> None:
         """Once per scheduler step: apply HiCache's stop policy (`best_effort` cuts a reload at
@@ -245,11 +275,9 @@ class PendingReloads:
         running = []
         for rid, pending in list(self.by_rid.items()):
             cut = stop_policy == "best_effort" or (stop_policy == "timeout" and now > pending.deadline)
-            if pending.job is None:  # held back by the in-flight cap
+            if pending.job is None:  # held back by the in-flight cap or the device-memory rule
                 if cut:
-                    self.deferred.remove(rid)
-                    self.release(self._leave(rid), f"policy_{stop_policy}")
-                    self._wake(rid)
+                    self._give_up(rid, f"policy_{stop_policy}")
                 continue
             if cut and not pending.job.done:
                 pending.job.stop()
@@ -278,6 +306,7 @@ class PendingReloads:
         and freed once the worker is done with its slots (`reap`)."""
         if reason is not None:
             self.metrics.reload_fallback(reason)
+        self.holders.release(pending.rid)
         job = pending.job
         if job is not None and not job.done:
             job.stop()
@@ -313,9 +342,10 @@ class PendingReloads:
             self.followers[leader] = [f for f in self.followers[leader] if f[0] != rid]
         if rid in self.by_rid:
             if rid in self.deferred:
-                self.deferred.remove(rid)
-            self.release(self._leave(rid), "aborted")
-            self._wake(rid)
+                self._give_up(rid, "aborted")
+            else:
+                self.release(self._leave(rid), "aborted")
+                self._wake(rid)
 
     def reset(self) -> None:
         """Forget every reload (the pools are reset with the tree): jobs still running are
@@ -326,6 +356,7 @@ class PendingReloads:
                 pending.job.wait()
         self.by_rid, self.deferred, self.abandoned = {}, [], []
         self.reading, self.followers, self.following = {}, {}, {}
+        self.holders.reset()
         self.hold(-self.inflight_tokens)
         self.inflight_states = 0
 

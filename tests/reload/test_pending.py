@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from sglang_saria.mem_cache.metadata import SSD
+from sglang_saria.mem_cache.reload_admission import ReloadDemand, admits
 from sglang_saria.reload.pending import PendingReload, PendingReloads, publishable, reload_job
 from sglang_saria.reload.plan import PageObjects, plan_pages
 from sglang_saria.reload.worker import ReloadJob
@@ -28,7 +29,10 @@ class FakeHost:
     """SGLang's side: ``free`` device slots and ``states`` mamba slots, locks, ranks, a clock."""
 
     free: int = 64
+    capacity: int = 128
     states: int = 2
+    needs: dict = field(default_factory=dict)  # request id -> its admission need (default 1)
+    queue: list = field(default_factory=list)  # SGLang's waiting queue, where it differs from arrival
     clock: float = 0.0
     loading_anchors: set = field(default_factory=set)
     peer_done: bool = True  # the other ranks have finished too
@@ -40,9 +44,19 @@ class FakeHost:
     unlocked: list[str] = field(default_factory=list)
     resumed: list[tuple[str, object]] = field(default_factory=list)  # followers told to probe again
 
-    def claim_reload(self, pending: PendingReload, tokens: int) -> Optional[torch.Tensor]:
-        need_state = pending.state_key is not None
-        if tokens > self.free or (need_state and not self.states):
+    def reload_demands(self, pendings: list[PendingReload], tokens: list[int]) -> list[ReloadDemand]:
+        queue = {rid: i for i, rid in enumerate(self.queue)}
+        return [ReloadDemand(p.rid, n, self.needs.get(p.rid, 1), queue.get(p.rid, i))
+                for i, (p, n) in enumerate(zip(pendings, tokens))]
+
+    def device_capacity(self) -> int:
+        return self.capacity
+
+    def claim_reload(self, pending: PendingReload, demand: ReloadDemand, held_need: int) -> Optional[torch.Tensor]:
+        need_state, tokens = pending.state_key is not None, demand.tokens
+        # The fake pool's room: its free slots and one (nothing evictable, no decode reserve),
+        # so with the default need of 1 a reload may take every free slot when it holds alone.
+        if not admits(self.free + 1, held_need, demand) or (need_state and not self.states):
             return None
         self.free -= tokens
         slots = torch.arange(self.next_slot, self.next_slot + tokens)
@@ -337,3 +351,67 @@ def test_aborted_leader_hands_its_followers_back():
     reloads.follow("b", "a")
     reloads.abort("a")
     assert host.resumed == [("b", None)] and "b" not in reloads
+
+
+def test_claims_keep_every_holders_request_admissible(machine):
+    """A reload claims only while the room left covers its own request's need and every
+    holder's (published or not, until the adapter ends the hold at the request's prefill)."""
+    reloads, host, metrics = machine
+    host.needs = {"a": 20, "b": 20}
+    reloads.track(pending("a", 4))  # 16 slots: 64 + 1 - 16 = 49 > 20
+    reloads.track(pending("b", 4))  # then 48 + 1 - 16 = 33, not > 20 + 20
+    reloads.start_deferred(cap=1000)
+    assert [j.rid for j in host.submitted] == ["a"] and reloads.holders.held_need() == 20
+    finish(host.submitted[0])
+    reloads.advance("wait_complete")
+    assert host.published == ["a"] and "a" in reloads.holders  # published, its request not admitted
+    reloads.start_deferred(cap=1000)
+    assert len(host.submitted) == 1  # b still waits for a's request
+    assert reloads.holders.release("a")  # a's prefill ran (the adapter's `checkpoint`)
+    reloads.start_deferred(cap=1000)
+    assert [j.rid for j in host.submitted] == ["a", "b"]
+
+
+def test_claims_follow_sglangs_queue_not_arrival(machine):
+    reloads, host, metrics = machine
+    host.needs, host.queue = {"a": 30, "b": 30}, ["b", "a"]
+    reloads.track(pending("a", 4))
+    reloads.track(pending("b", 4))
+    reloads.start_deferred(cap=1000)
+    assert [j.rid for j in host.submitted] == ["b"]  # the queue's head first; a waits behind it
+
+
+def test_a_reload_that_never_fits_is_released_at_once(machine):
+    reloads, host, metrics = machine
+    host.needs = {"big": 100, "a": 1}
+    reloads.track(pending("big", 8))  # 32 slots + 100 needed: more than the 128-token pool
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=1000)
+    assert metrics.fallbacks == ["device_memory"] and "big" not in reloads
+    assert [j.rid for j in host.submitted] == ["a"]  # not held up behind it
+
+
+def test_a_released_reload_stops_holding(machine):
+    reloads, host, metrics = machine
+    host.needs = {"a": 20}
+    reloads.track(pending("a", 4))
+    reloads.start_deferred(cap=1000)
+    assert "a" in reloads.holders
+    reloads.abort("a")
+    assert "a" not in reloads.holders and reloads.holders.held_need() == 0
+
+
+def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
+    """The rule holds a reload back while other reloaded requests go first: it waits past the
+    prefetch deadline, up to its memory deadline (`transfer.reload_hold_s`), then recomputes."""
+    reloads, host, metrics = machine
+    host.free = 4
+    p = pending("a", 2, deadline=1.0)
+    p.memory_deadline = 30.0
+    reloads.track(p)
+    host.clock = 20.0
+    reloads.start_deferred(cap=1000)
+    assert "a" in reloads and not metrics.fallbacks
+    host.clock = 31.0
+    reloads.start_deferred(cap=1000)
+    assert "a" not in reloads and metrics.fallbacks == ["device_memory"]

@@ -1,0 +1,213 @@
+"""`saria-restart-turns`: storage-hit tokens per agent session on the first turn after a server
+restart, saria's direct reload against stock HiCache `file`, in the same run.
+
+The scenario is `make demo`'s (`sglang_saria/demo.py`): N agent sessions share a system prompt
+and tools, take ``--rounds-before`` turns all at once on a server with the demo's pools (1,280
+device tokens), which writes every page to its store; the server restarts on the same store
+(device and host memory empty) and every session takes one more turn, all at once. A session's
+history is then entirely in the store; what SGLang reports as its storage hit
+(``sglext.cached_tokens_details.storage``) is what the backend got back to the device before
+the request was admitted. The restart turns run with logprobs, so a cold server (no cache) can
+check the outputs (`cold_traces`).
+
+Prints one table (per session count and session: storage-hit tokens, computed tokens, saria's
+cached tokens over `file`'s, latency) and writes the records as JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from openai import OpenAI
+
+from sglang_saria.agents.report import CACHE_DETAILS, CacheReport
+from sglang_saria.agents.sessions import TOOLS, AgentSession, agent_sessions
+from sglang_saria.launcher import AUDIT_ENV, LOGPROB_TOLERANCE, SGLangServer, ServerConfig, hicache_args, saria_metrics
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL = REPO_ROOT / "models" / "qwen3-tiny"
+BACKENDS = ("saria", "file")
+POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16", "--enable-cache-report",
+         "--skip-server-warmup"]
+MAX_TOKENS = 8
+TOP_LOGPROBS = 3
+STORE_COMMIT_S = 2.0  # the stores commit their index about once a second: let the last writes land
+
+
+@dataclass
+class RestartTurn:
+    """One session's first turn after the restart."""
+
+    session: str
+    prompt: int
+    storage: int
+    computed: int
+    latency_s: float
+    messages: list = field(repr=False)
+    trace: list = field(repr=False)  # [(token, logprob, [top logprobs])] of the reply
+
+    @property
+    def cached(self) -> int:
+        """Prompt tokens not computed: after a restart all came back from the store in this turn
+        (a prefix shared with another session is its storage hit and a device hit here)."""
+        return self.prompt - self.computed
+
+
+@dataclass
+class RestartRun:
+    backend: str
+    sessions: int
+    turns: list[RestartTurn]
+    metrics: dict[str, float]  # the restarted server's sglang:saria_* samples (saria only)
+
+
+def backend_args(backend: str, store: Path) -> list[str]:
+    if backend == "saria":
+        return hicache_args("saria", {"data_dirs": [str(store)], "admission": "full-duplicate", "capacity": "64MiB"})
+    if backend == "file":
+        return hicache_args("file", {"file_storage_path": str(store)})
+    raise ValueError(f"--backends: {backend!r}: expected one of {', '.join(BACKENDS)}")
+
+
+def chat(client: OpenAI, messages: list, logprobs: bool = False) -> Any:
+    extra = {"logprobs": True, "top_logprobs": TOP_LOGPROBS} if logprobs else {}
+    return client.chat.completions.create(
+        model="default", messages=messages, tools=TOOLS, max_tokens=MAX_TOKENS, temperature=0,
+        extra_body=CACHE_DETAILS, **extra,
+    )
+
+
+def reply_trace(response: Any) -> list:
+    content = response.choices[0].logprobs.content or []
+    return [(c.token, c.logprob, sorted((t.logprob for t in c.top_logprobs), reverse=True)) for c in content]
+
+
+def settle(client: OpenAI) -> None:
+    """One chat request sharing no page with the sessions (shorter than a page, no tools),
+    before the timed turns: a restarted server's first steps (the KV audit's setup among them)
+    are not charged to the first session."""
+    client.chat.completions.create(model="default", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+
+
+def _turn(client: OpenAI, session: AgentSession) -> None:
+    response = chat(client, session.messages)
+    session.add_turn(response.choices[0].message.content or "")
+
+
+def _restart_turn(client: OpenAI, session: AgentSession) -> RestartTurn:
+    messages = [dict(m) for m in session.messages]
+    started = time.perf_counter()
+    response = chat(client, messages, logprobs=True)
+    latency = time.perf_counter() - started
+    report = CacheReport.from_response(response)
+    return RestartTurn(session.name, report.prompt_tokens, report.storage, report.computed, latency, messages,
+                       reply_trace(response))
+
+
+def restart_run(model: Path, backend: str, sessions: int, rounds_before: int, scratch: Path,
+                env: dict[str, str] | None = None, log_dir: Path | None = None) -> RestartRun:
+    """``sessions`` sessions, ``rounds_before`` rounds on a first server, then one round on a
+    server restarted on the same store; ``env`` for both servers (e.g. the KV audit's)."""
+    store = scratch / f"{backend}-{sessions}"
+    store.mkdir(parents=True)
+    agents = agent_sessions(sessions, tool_chars=100)
+    turns: list[RestartTurn] = []
+    text = ""
+    with ThreadPoolExecutor(sessions) as pool:
+        for server_no in (1, 2):
+            log = None if log_dir is None else log_dir / f"{backend}-{sessions}-server-{server_no}.log"
+            config = ServerConfig(model, args=POOLS + backend_args(backend, store), log_path=log, env=env or {})
+            with SGLangServer(config) as server:
+                client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
+                if server_no == 1:
+                    for _ in range(rounds_before):
+                        list(pool.map(lambda s: _turn(client, s), agents))
+                    time.sleep(STORE_COMMIT_S)
+                else:
+                    settle(client)
+                    turns = list(pool.map(lambda s: _restart_turn(client, s), agents))
+                    text = server.metrics()
+    return RestartRun(backend, sessions, turns, saria_metrics(text))
+
+
+def cold_traces(model: Path, turns: list[RestartTurn], log: Path | None = None) -> list[list]:
+    """The same prompts on a cold server (no prefix cache), one at a time."""
+    config = ServerConfig(model, args=POOLS + ["--disable-radix-cache"], log_path=log)
+    with SGLangServer(config) as server:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
+        return [reply_trace(chat(client, t.messages, logprobs=True)) for t in turns]
+
+
+def trace_diff(trace: list, cold: list) -> tuple[bool, float]:
+    """Whether the greedy tokens are the cold run's, and the largest logprob difference
+    (the tokens' and the top-k's rank by rank)."""
+    same = [t[0] for t in trace] == [t[0] for t in cold]
+    diffs = [abs(a[1] - b[1]) for a, b in zip(trace, cold)]
+    for a, b in zip(trace, cold):
+        same = same and len(a[2]) == len(b[2])
+        diffs += [abs(x - y) for x, y in zip(a[2], b[2])]
+    return same, max(diffs, default=0.0)
+
+
+def matches_cold(trace: list, cold: list) -> bool:
+    same, worst = trace_diff(trace, cold)
+    return same and worst <= LOGPROB_TOLERANCE
+
+
+def table(runs: list[RestartRun]) -> str:
+    """Per session count and session: storage hits and computed tokens of each backend,
+    saria's cached tokens over file's, latencies; saria's wasted reload tokens per session count."""
+    by = {(r.backend, r.sessions): {t.session: t for t in r.turns} for r in runs}
+    lines = [f"{'sessions':>8} {'session':<8} {'saria hit':>9} {'file hit':>8} {'cached':>6} "
+             f"{'saria comp':>10} {'file comp':>9} {'saria s':>7} {'file s':>6} {'wasted':>6}"]
+    for n in sorted({r.sessions for r in runs}):
+        saria, stock = by.get(("saria", n), {}), by.get(("file", n), {})
+        wasted = next((r.metrics.get("sglang:saria_reload_tokens_wasted_total", 0.0) for r in runs
+                       if r.backend == "saria" and r.sessions == n), float("nan"))
+        for name in sorted(set(saria) | set(stock)):
+            s, f = saria.get(name), stock.get(name)
+            ratio = f"{s.cached / f.cached:.2f}" if s and f and f.cached else "-"
+            lines.append(
+                f"{n:>8} {name:<8} {s.storage if s else '-':>9} {f.storage if f else '-':>8} {ratio:>6} "
+                f"{s.computed if s else '-':>10} {f.computed if f else '-':>9} "
+                f"{f'{s.latency_s:.2f}' if s else '-':>7} {f'{f.latency_s:.2f}' if f else '-':>6} {wasted:>6.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    parser.add_argument("--rounds-before", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "restart_turns.json")
+    parser.add_argument("--logs", type=Path, default=None, help="folder for the servers' logs")
+    args = parser.parse_args(argv)
+    if any(n < 1 for n in args.sessions):
+        parser.error(f"--sessions: {args.sessions}: each must be >= 1")
+    started = time.monotonic()
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="saria-restart-") as scratch:
+        for n in args.sessions:
+            for backend in args.backends:
+                runs.append(restart_run(args.model, backend, n, args.rounds_before, Path(scratch),
+                                        AUDIT_ENV if backend == "saria" else None, args.logs))
+                print(f"{backend}, {n} sessions: done ({time.monotonic() - started:.0f} s)", flush=True)
+    print(table(runs))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"setting": {"model": args.model.name, "rounds_before": args.rounds_before,
+                                                "pools": POOLS}, "runs": [asdict(r) for r in runs]}, indent=1))
+    print(f"records: {args.out} ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""Device-memory admission of direct reloads (paper 4.3): a reload's landed pages must still be on
+the device when its request is admitted.
+
+A direct reload claims device slots before its request is admitted, and its published tail is
+held (locked) until the request's prefill. SGLang admits a waiting request only when its
+uncached prompt part, its new tokens and one page fit in the free plus evictable device tokens
+less the running requests' decode reserve (`PrefillAdder.add_one_req`: ``extend + max_new + page <
+free + evictable - reserve``, the request's own prefix locked). Held tails are locked, so they
+are neither free nor evictable: reloads that claim whenever the pool allows can lock so much
+that none of their requests is admissible (a deadlock), and a tail released early is evicted by
+the next claim before its request is admitted (the reload wasted).
+
+**Rule.** A reload claims only if, after its claim (its path locked, its slots taken), the room
+left covers, strictly, the admission need of every holder (a reload claimed, published or not,
+whose request is not admitted yet) and its own::
+
+    room - tokens > sum(need of holders) + need
+
+**Invariant.** ``room > sum(need of holders)`` after every claim. Only three things lower the
+room afterwards: another claim (which checks the rule itself), the admission of a request that
+is no holder, and decode growth of running requests; both of the last end when those requests
+finish, which needs no holder's memory (a holder's tail is locked, never taken from a running
+request). So once the requests running at any moment have finished, ``room >= sum(needs)`` holds
+again, and the holder first in SGLang's queue is admissible: holders cannot block each other (no
+deadlock by construction). A request that is no holder and does not fit ahead of them in the
+queue is the one case the rule cannot see; each hold has a deadline, after which its tail is
+unlocked (evictable, its request admitted with what is left), so no wait is unbounded.
+
+**Order.** When the room is short, reloads claim in SGLang's queue order (the request admitted
+first is the one whose reload is used first; a later one's held tail would wait behind it),
+then by the prefill they save per device token they hold; a reload that cannot fit even in an
+empty pool is refused at once (its request recomputes) rather than holding the line.
+
+Pure functions and a small ledger, no SGLang: the SGLang driver (`hicache/radix_cache.py`,
+`reload/pending.py`) and the replay (`replay/device.py`) use the same rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ReloadDemand:
+    """What a reload asks of the device pool: ``tokens`` slots now (its SSD pages and the DRAM
+    part loaded back), then ``need`` tokens at its request's admission (SGLang's ask: the prompt
+    past the reloaded prefix, the new tokens, one page of alignment overhead)."""
+
+    rid: str
+    tokens: int
+    need: int
+    position: int  # in SGLang's waiting queue (arrival order where the queue is not known)
+
+    @property
+    def value(self) -> float:
+        """Prefill tokens saved per device token the reload holds until its admission."""
+        return self.tokens / (self.tokens + self.need) if self.tokens + self.need else 0.0
+
+
+def admission_need(prompt_tokens: int, cached_tokens: int, max_new_tokens: int, page_size: int) -> int:
+    """SGLang's admission ask for a request whose first ``cached_tokens`` are on the device:
+    its uncached prompt part, its new tokens (clipped as SGLang clips them) and one page."""
+    return max(prompt_tokens - cached_tokens, 0) + max(max_new_tokens, 0) + page_size
+
+
+def admits(room: int, held_need: int, demand: ReloadDemand) -> bool:
+    """Whether ``demand`` may claim: ``room`` is free + evictable device tokens less the running
+    requests' decode reserve, with the reload's path already locked; ``held_need`` the summed
+    need of the holders. Strict, as SGLang's own check (``total < remaining``)."""
+    return room - demand.tokens > held_need + demand.need
+
+
+def fits_alone(capacity: int, demand: ReloadDemand) -> bool:
+    """Whether ``demand`` could claim at all: in an empty pool of ``capacity`` tokens."""
+    return capacity - demand.tokens > demand.need
+
+
+def claim_order(demands: list[ReloadDemand]) -> list[ReloadDemand]:
+    """The order reloads claim in when the room is short: SGLang's queue order, then value."""
+    return sorted(demands, key=lambda d: (d.position, -d.value))
+
+
+@dataclass
+class Holders:
+    """The reloads between their claim and their request's admission (or abort, or the hold's
+    deadline), with the admission need each was claimed with."""
+
+    needs: dict[str, int] = field(default_factory=dict)
+
+    def __contains__(self, rid: str) -> bool:
+        return rid in self.needs
+
+    def held_need(self) -> int:
+        return sum(self.needs.values())
+
+    def admits(self, room: int, demand: ReloadDemand) -> bool:
+        return admits(room, self.held_need(), demand)
+
+    def hold(self, demand: ReloadDemand) -> None:
+        self.needs[demand.rid] = demand.need
+
+    def release(self, rid: str) -> bool:
+        """The request was admitted, left, or its hold timed out: True if it held."""
+        return self.needs.pop(rid, None) is not None
+
+    def reset(self) -> None:
+        self.needs.clear()
