@@ -105,6 +105,8 @@ class ServerConfig:
     startup_timeout_s: float = 240.0
     log_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    python: str = sys.executable  # the interpreter (its environment's SGLang and plugins) that serves
+    cwd: Path | None = None  # the server's working directory (None: this process's)
 
 
 @dataclass
@@ -162,7 +164,7 @@ class SGLangServer:
     def command(self) -> list[str]:
         flags = list(CPU_FLAGS) if self.config.cpu else []
         return [
-            sys.executable, "-m", "sglang.launch_server",
+            self.config.python, "-m", "sglang.launch_server",
             "--model-path", str(self.config.model_path),
             "--host", self.config.host, "--port", str(self.port),
             *flags, *self.config.args,
@@ -194,7 +196,8 @@ class SGLangServer:
         env.setdefault("SGLANG_CUDA_COREDUMP_BEFORE_CRASH", "0")
         log = open(self.log_path, "w")
         self.process = subprocess.Popen(
-            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            cwd=self.config.cwd,
         )
         log.close()
         try:
