@@ -45,6 +45,18 @@ def extra_index(extra: dict) -> str:
     return f"{extra['data_dirs'][0]}/{RANK}/{INDEX_NAME}"
 
 
+@pytest.fixture(autouse=True)
+def outside_a_server(monkeypatch):
+    """No server arguments published in this process (another test in the same worker may have
+    published some): the backends here stand for models by their served names."""
+    from sglang.srt import runtime_context
+
+    def unpublished():
+        raise ValueError("Global server args is not set yet!")
+
+    monkeypatch.setattr(runtime_context, "get_server_args", unpublished)
+
+
 @pytest.fixture
 def extra(tmp_path):
     return {"data_dirs": [str(tmp_path / "nvme0"), str(tmp_path / "nvme1")], "capacity": "16MiB"}
