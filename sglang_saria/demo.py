@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             config = ServerConfig(args.model, args=POOLS + saria_hicache_args(extra), log_path=args.out / f"server-{server_no}.log")
             with SGLangServer(config) as server:
                 results += run_rounds(server.url, sessions, rounds, server_no)
-                time.sleep(2)  # the store commits its index once a second: let the last writes land
+                server.wait_storage_writes()  # the restart finds every write of the last turns
                 text = server.metrics()
             (args.out / f"metrics-{server_no}.prom").write_text(text)
             metrics.append(saria_metrics(text))

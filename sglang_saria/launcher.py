@@ -314,12 +314,22 @@ class SGLangServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return response.read().decode()
 
-    def wait_storage_writes(self, timeout_s: float = 120.0) -> None:
-        """Wait until the saria store has acknowledged every write HiCache requested, as
-        an agent's next turn finds it after its think time (WEKA: 154 s mean gap)."""
+    def wait_storage_writes(self, timeout_s: float = 120.0, quiet_s: float = 1.0) -> None:
+        """Wait until the saria store has acknowledged every write HiCache requested, and none
+        has been requested for ``quiet_s`` (a write-through still being copied to host memory
+        is asked of the store only after that copy), as an agent's next turn finds it after its
+        think time (WEKA: 154 s mean gap). An acknowledged write is durable in the store's index."""
         deadline = time.monotonic() + timeout_s
-        while saria_metrics(self.metrics()).get("sglang:saria_storage_writes_in_flight", 0):
-            if time.monotonic() > deadline:
+        quiet_since = None
+        while True:
+            now = time.monotonic()
+            if saria_metrics(self.metrics()).get("sglang:saria_storage_writes_in_flight", 0):
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= quiet_s:
+                return
+            if now > deadline:
                 raise ServerError(f"store writes still in flight after {timeout_s:.0f} s")
             time.sleep(0.05)
 

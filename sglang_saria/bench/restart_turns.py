@@ -30,6 +30,7 @@ from openai import OpenAI
 
 from sglang_saria.agents.report import CACHE_DETAILS, CacheReport
 from sglang_saria.agents.sessions import TOOLS, AgentSession, agent_sessions
+from sglang_saria.bench.configs import settled_file_bytes
 from sglang_saria.launcher import AUDIT_ENV, LOGPROB_TOLERANCE, SGLangServer, ServerConfig, hicache_args, saria_metrics
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +40,6 @@ POOLS = ["--page-size", "16", "--max-total-tokens", "1280", "--dtype", "bfloat16
          "--skip-server-warmup"]
 MAX_TOKENS = 8
 TOP_LOGPROBS = 3
-STORE_COMMIT_S = 2.0  # the stores commit their index about once a second: let the last writes land
 
 
 @dataclass
@@ -75,6 +75,16 @@ def backend_args(backend: str, store: Path) -> list[str]:
     if backend == "file":
         return hicache_args("file", {"file_storage_path": str(store)})
     raise ValueError(f"--backends: {backend!r}: expected one of {', '.join(BACKENDS)}")
+
+
+def settle_store(server: SGLangServer, backend: str, store: Path) -> None:
+    """Every write of the last turns is in the store before the server stops (SIGTERM drops
+    what HiCache has not written yet): saria's acknowledged writes are durable in its index;
+    `file`'s once its write-through has stopped adding files."""
+    if backend == "saria":
+        server.wait_storage_writes()
+    else:
+        settled_file_bytes(store)
 
 
 def chat(client: OpenAI, messages: list, logprobs: bool = False) -> Any:
@@ -130,7 +140,7 @@ def restart_run(model: Path, backend: str, sessions: int, rounds_before: int, sc
                 if server_no == 1:
                     for _ in range(rounds_before):
                         list(pool.map(lambda s: _turn(client, s), agents))
-                    time.sleep(STORE_COMMIT_S)
+                    settle_store(server, backend, store)
                 else:
                     settle(client)
                     turns = list(pool.map(lambda s: _restart_turn(client, s), agents))
