@@ -235,6 +235,31 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             self._reloads.track(pending)
         return None
 
+    def probe_past_reloaded(self, req: Any) -> None:
+        """After SGLang's own prefetch decision for ``req`` (plugin hook after
+        ``Scheduler._prefetch_kvcache``). SGLang prefetches only from a host-backed match end or
+        the root: write-through backs up every computed node at once, so a device-only end means
+        nothing past it is stored. A reload's published nodes are device-only (a share is
+        promoted to host after their request's prefill) while they and what follows them are in
+        the store: a request whose match ends on one is probed from there at the next step, as
+        a resumed follower is (not here: this may run inside a prefill batch being built, where
+        locking the device anchor would change the batch's budget)."""
+        if self._direct is None or req.rid in self._reloads:
+            return
+        anchor = req.last_host_node
+        if self.is_root(anchor) or self.is_backuped(anchor):
+            return  # SGLang has probed from this match end
+        last_hash = self.get_last_hash_value(anchor)
+        start, page = req.prefix_len + req.host_hit_length, self.page_size
+        end = start + (req._compute_max_prefix_len(len(req.full_untruncated_fill_ids)) - start) // page * page
+        if last_hash is None or end <= start:
+            return
+        tokens = req.full_untruncated_fill_ids[:end]
+        key = RadixKey(array("q", tokens[start:]), extra_key=req.extra_key, cache_salt=req.cache_salt)
+        hashes = get_storage_hash_str(key, last_hash, page_size=page)
+        self._reloads.reprobe(req.rid, Follower(req.cache_request_handle, tuple(tokens), start, tuple(hashes),
+                                                last_hash, req.extra_key, req.cache_salt))
+
     def _probe(self, request: CacheRequestHandle, anchor: NodeId, prefix: list[int], tokens: list[int],
                last_hash: Optional[str], extra_key: Optional[str], cache_salt: Optional[str]) -> Optional[PendingReload]:
         """The plan of the stored pages past ``anchor``: an in-memory index probe (no I/O,
@@ -632,6 +657,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if self._direct is not None:
             self._reloads.reap()
             self._reloads.advance(self.prefetch_stop_policy)
+            self._reloads.resume_reprobes()
             self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
         super().check_hicache_events()
         if self._agreed_policy is not None:

@@ -10,7 +10,9 @@
   after CUDA-graph capture: the direct reload's staging, allocated later, is taken off it first;
 - `Scheduler.init_load_inquirer` builds SGLang's `SchedulerLoadInquirer`; the saria cache keeps
   it, and after each `Scheduler.get_new_batch_prefill` reads from it the uncached prefill work
-  left waiting (`auto` admission's load signal, `hicache/load_signal.py`).
+  left waiting (`auto` admission's load signal, `hicache/load_signal.py`);
+- `Scheduler._prefetch_kvcache` prefetches from host-backed match ends only: a match that ends
+  on a direct reload's published (device-only) nodes is probed by the saria cache after it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def register() -> None:
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.init_load_inquirer", hand_over_load,
                           HookType.AFTER)
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler.get_new_batch_prefill", note_prefill_batch,
+                          HookType.AFTER)
+    HookRegistry.register("sglang.srt.managers.scheduler.Scheduler._prefetch_kvcache", probe_past_reloaded,
                           HookType.AFTER)
 
 
@@ -75,3 +79,9 @@ def note_prefill_batch(_plan: Any, scheduler: Any, *args: Any, **kwargs: Any) ->
     note = getattr(scheduler.tree_cache, "note_prefill_batch", None)
     if note is not None:
         note()
+
+
+def probe_past_reloaded(_result: Any, scheduler: Any, req: Any, *args: Any, **kwargs: Any) -> None:
+    probe = getattr(scheduler.tree_cache, "probe_past_reloaded", None)
+    if probe is not None and not req.finished():
+        probe(req)

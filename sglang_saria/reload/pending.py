@@ -183,9 +183,11 @@ class PendingReloads:
         # request -> (request, resume context) of those waiting for its reload's pages; and the reverse
         self.followers: dict[str, list[tuple[str, Any]]] = {}
         self.following: dict[str, str] = {}
+        # request -> resume context of those probed again at the next step (`reprobe`)
+        self.reprobing: dict[str, Any] = {}
 
     def __contains__(self, rid: str) -> bool:
-        return rid in self.by_rid or rid in self.following
+        return rid in self.by_rid or rid in self.following or rid in self.reprobing
 
     def track(self, pending: PendingReload) -> None:
         """A probed reload waits for its device memory (claimed at the next `start_deferred`)."""
@@ -210,6 +212,16 @@ class PendingReloads:
         ``context`` (the adapter's) goes back to the adapter when it resumes."""
         self.following[rid] = leader
         self.followers.setdefault(leader, []).append((rid, context))
+
+    def reprobe(self, rid: str, context: Any) -> None:
+        """Request ``rid`` waits one step and is then probed as a resumed follower is
+        (`resume_reprobes`): its probe needs the adapter's step context, not the caller's."""
+        self.reprobing[rid] = context
+
+    def resume_reprobes(self) -> None:
+        reprobing, self.reprobing = self.reprobing, {}
+        for rid, context in reprobing.items():
+            self.host.resume_follower(rid, context)
 
     def _leave(self, rid: str) -> PendingReload:
         """A reload leaves the tracked set: its pages are no longer being read for others."""
@@ -336,7 +348,8 @@ class PendingReloads:
 
     def abort(self, rid: str) -> None:
         """The request left (abort): its reload, waiting or running, is released (its followers
-        resume); a follower stops waiting."""
+        resume); a follower or a request waiting to be probed again stops waiting."""
+        self.reprobing.pop(rid, None)
         leader = self.following.pop(rid, None)
         if leader is not None:
             self.followers[leader] = [f for f in self.followers[leader] if f[0] != rid]
@@ -355,7 +368,7 @@ class PendingReloads:
                 pending.job.stop()
                 pending.job.wait()
         self.by_rid, self.deferred, self.abandoned = {}, [], []
-        self.reading, self.followers, self.following = {}, {}, {}
+        self.reading, self.followers, self.following, self.reprobing = {}, {}, {}, {}
         self.holders.reset()
         self.hold(-self.inflight_tokens)
         self.inflight_states = 0

@@ -154,6 +154,27 @@ def test_corrupt_store_pages_fall_back_to_recomputation(cold_run, restart):
     assert_kv_audit_clean(metrics, ("ssd_to_device",))  # the restart's pages: none changed since
 
 
+def test_prefix_past_a_published_reload_comes_from_storage(start_server, cold_run, direct_session_store):
+    """A reload's published nodes are device-only (write-through does not fire for them), and
+    SGLang prefetches only past a host-backed match end: the next turn, whose match ends on them,
+    still gets the pages past them from the store (plugin hook after `_prefetch_kvcache`).
+    Promotion off, so no published page is backed up to host meanwhile."""
+    store = direct_session_store.restored()
+    config = {"data_dirs": [str(store)], "admission": "full-duplicate", "capacity": "64MiB",
+              "promotion": {"mode": "zero"}}
+    steps = [
+        ("a restarted server reloads the prefix from SSD", SYSTEM_AND_TOOLS, {"device": 0, "host": 0, "storage": 288}),
+        ("the next turn: the published prefix on the device, the rest from SSD", TURN_2,
+         {"device": 288, "host": 0, "storage": 32}),
+    ]
+    with start_server(saria_hicache_args(config), env=AUDIT_ENV) as server:
+        serve_steps(server, cold_run, steps)
+        metrics = saria_metrics(server.metrics())
+    assert metrics.get("sglang:saria_promoted_tokens_total", 0) == 0
+    assert metrics["sglang:saria_reload_tokens_total/ssd"] == 288 + 32
+    assert_kv_audit_clean(metrics, ("ssd_to_device",))
+
+
 def test_promoted_share_comes_back_from_dram_with_the_rest_from_ssd_in_one_plan(start_server, cold_run, tmp_path):
     steps = [
         ("the session's second turn is computed", TURN_2, {"device": 0, "host": 0, "storage": 0}),

@@ -353,6 +353,22 @@ def test_aborted_leader_hands_its_followers_back():
     assert host.resumed == [("b", None)] and "b" not in reloads
 
 
+def test_a_request_probed_again_waits_one_step_and_an_aborted_one_is_forgotten():
+    """A match ending on a reload's published nodes is probed at the next step (the adapter's
+    `resume_follower`); until then its request stays in the queue."""
+    host = FakeHost()
+    reloads = PendingReloads(host, Metrics(), PAGE)
+    reloads.reprobe("b", "b's probe")
+    reloads.reprobe("c", "c's probe")
+    assert "b" in reloads and "c" in reloads
+    reloads.abort("c")
+    reloads.resume_reprobes()
+    assert host.resumed == [("b", "b's probe")]
+    assert "b" not in reloads and "c" not in reloads
+    reloads.resume_reprobes()
+    assert host.resumed == [("b", "b's probe")]  # once
+
+
 def test_claims_keep_every_holders_request_admissible(machine):
     """A reload claims only while the room left covers its own request's need and every
     holder's (published or not, until the adapter ends the hold at the request's prefill)."""
