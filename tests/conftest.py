@@ -26,6 +26,21 @@ os.environ.setdefault("SGLANG_HICACHE_HOST_MEMORY_RESERVE_GB", "1")
 # instead of importing SGLang again (CPU rig patch 016; 24 s per start instead of 39 s, measured idle).
 os.environ.setdefault("SGLANG_MP_START_METHOD", "fork")
 
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment_kept_per_file() -> Iterator[None]:
+    """What a test file leaves in ``os.environ`` does not reach the next file on its worker:
+    SGLang's in-process config code sets variables as a side effect (on the CPU rig, a
+    ``ModelConfig`` of a hybrid model sets ``SGLANG_MAMBA_CONV_DTYPE`` to the model's dtype, rig
+    patch 023), and a server a later file starts inherits them (a bf16 conv state under an
+    fp16 hybrid model stops its scheduler)."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 # Small pools so a few 300-token requests push a prefix out of the device (512 tokens)
 # and out of the host pool (hicache ratio 2 -> about 1K tokens). No warmup request: the
 # caches and the store hold only what a scenario put there.
