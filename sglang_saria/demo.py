@@ -17,9 +17,11 @@ states, from those reports (`restart_summary`):
 - before the restart: the prompt tokens found cached, by tier;
 - the first round after the restart: the prompt tokens found in the store;
 - how many sessions found their whole history before the restart (the last prompt before it,
-  in whole pages) cached at their first turn after it, and at their second. Concurrent first
-  turns after a restart need not find it: with the default 4 sessions some (in runs here,
-  most) find only the shared system prompt there; each finds its history at its next turn.
+  in whole pages) cached at their first turn after it, and at their second: every one, at both.
+  The first turns after the restart run at once: the sessions' direct reloads claim the
+  1,280-token device pool in turn (`mem_cache/reload_admission.py`), and a session whose match
+  ends on the system prompt another session's reload brought back reads only its own pages
+  past it.
 """
 from __future__ import annotations
 
