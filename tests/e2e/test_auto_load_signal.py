@@ -180,7 +180,7 @@ def held(start_server, expected, tmp_path_factory) -> dict[str, Held]:
         for tokens in (A, B):
             generate(server, tokens)
         server.wait_storage_writes()
-    with start_server(args({"policy": "auto", "auto_tau_s": 1e-3})) as server:
+    with start_server(args({"policy": "auto"})) as server:
         return {where: hold_queue(server, QUEUES[where], sum(expected[where].values())) for where in QUEUES}
 
 
