@@ -40,10 +40,11 @@ class Follower:
         return self.hashes[pages - 1] if pages else self.last_hash
 
 
-def resume(cache: Any, follower: Follower) -> None:
+def resume(cache: Any, follower: Follower) -> int:
     """The leader's reload ended (published or released): probe ``follower`` again from its
     match now, and track the reload of what is still stored past it (none: the request is
-    admitted with what it matches). ``cache``: the `SariaRadixCache`, inside `check_hicache_events`."""
+    admitted with what it matches). ``cache``: the `SariaRadixCache`, inside `check_hicache_events`.
+    Returns the tokens its match covers now (0 where SGLang's prefetch retry probes it again)."""
     page = cache.page_size
     key = RadixKey(array("q", follower.tokens), extra_key=follower.extra_key, cache_salt=follower.cache_salt)
     result = cache.match_prefix(MatchPrefixParams(key=key))  # no request: its reuse was counted at arrival
@@ -51,15 +52,16 @@ def resume(cache: Any, follower: Follower) -> None:
     anchor = result.last_host_node
     if matched < follower.start or (matched - follower.start) % page:
         cache.storage_prefetch_retries.refetch(follower.request.rid)  # SGLang probes from its new match
-        return
+        return 0
     last_hash = follower.hash_before(matched, page)
     prefix, rest = list(follower.tokens[:matched]), list(follower.tokens[matched:])
     pending = cache._probe(follower.request, anchor, prefix, rest, last_hash, follower.extra_key, follower.cache_salt)
     if pending is None:
-        return
+        return matched
     if not cache.is_backuped(anchor) and not cache.is_root(anchor):
         # A device-only anchor (the leader's published pages): its host lock holds nothing, so the
         # device path is locked until the reload is claimed (never inside a prefill batch being
         # built: this runs in check_hicache_events).
         pending.anchor_lock = cache.inc_lock_ref(anchor).to_dec_params()
     cache._reloads.track(pending)
+    return matched

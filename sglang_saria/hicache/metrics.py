@@ -137,6 +137,12 @@ class SariaServingMetrics:
             "auto admission: smoothed seconds of prefill queued on the scheduler (its load signal)",
             multiprocess_mode="mostrecent",
         )
+        self._auto_queued = Gauge(
+            "sglang:saria_auto_queued_prefill_tokens",
+            "auto admission: uncached prompt tokens waiting for prefill (cached prefixes and storage hits "
+            "left out), the load signal's tokens before they are divided by the measured prefill rate",
+            multiprocess_mode="mostrecent",
+        )
         self._auto_theta_e = Gauge(
             "sglang:saria_auto_theta_e", "auto admission: the DRAM evictions a block needs to be written now",
             multiprocess_mode="mostrecent",
@@ -219,6 +225,10 @@ class SariaServingMetrics:
     def counters_restored(self, restored: int, expired: int) -> None:
         self._counters_restored.inc(restored)
         self._counters_expired.inc(expired)
+
+    def auto_queued(self, tokens: int) -> None:
+        """Once per scheduler step: the uncached tokens queued for prefill (``load_signal.py``)."""
+        self._auto_queued.set(tokens)
 
     def auto_state(self, state: dict[str, float], decisions: dict[str, int], hint_counts: dict[str, int]) -> None:
         """Once per scheduler step: ``AutoAdmission.state()``, its decisions and its hints' counts

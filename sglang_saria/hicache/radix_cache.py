@@ -293,6 +293,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if leader is not None:  # another request's reload reads these pages: wait for it (follow.py)
             context = Follower(request, tuple(prefix + tokens[:tail]), start, tuple(hashes), last_hash, extra_key, cache_salt)
             self._reloads.follow(request.rid, leader, context)
+            self.note_storage_span(request.rid, start, len(prefix) + n_tail * page)  # the leader reads them
             self._metrics.reload_followed()
             return None
         timeout = self.prefetch_timeout_base + n_ssd * self.prefetch_timeout_per_page
@@ -477,7 +478,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         return pending.anchor in self.ongoing_load_back
 
     def resume_follower(self, rid: str, context: Follower) -> None:
-        resume(self, context)
+        self.note_storage_span(rid, 0, resume(self, context))
 
     def _agree_min(self, value: int) -> int:
         """The smallest ``value`` over the attention ranks (identity on one rank): a reload

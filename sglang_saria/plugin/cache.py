@@ -75,10 +75,10 @@ def hand_over_load(_result: Any, scheduler: Any) -> None:
         read(scheduler.load_inquirer)
 
 
-def note_prefill_batch(_plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
+def note_prefill_batch(plan: Any, scheduler: Any, *args: Any, **kwargs: Any) -> None:
     note = getattr(scheduler.tree_cache, "note_prefill_batch", None)
     if note is not None:
-        note()
+        note(getattr(plan, "batch_to_run", None))
 
 
 def probe_past_reloaded(_result: Any, scheduler: Any, req: Any, *args: Any, **kwargs: Any) -> None:

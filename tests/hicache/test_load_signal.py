@@ -1,19 +1,40 @@
 """`auto`'s load signal in the SGLang driver, without a server: seconds of prefill queued, from
-SGLang's load inquirer (its uncached waiting tokens), its measured prefill rate, the step feed that
+SGLang's load inquirer (each waiting request's tokens less its match and storage span, the chunked
+request's rest), its measured prefill rate (converted as the replay converts), the step feed that
 moves `auto`'s threshold, and the same value on every attention rank (MAX in the rank agreement's
-step). The server-level proof is tests/e2e/test_auto_admission.py."""
+step). On a real server: tests/e2e/test_auto_load_signal.py (the replay's value for the same
+queue) and tests/e2e/test_auto_admission.py (the decisions it drives)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Optional
+
+import numpy as np
 
 import pytest
 from prometheus_client import REGISTRY
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.hicache.load_signal import LoadSignalMixin, PrefillRate, SchedulerLoad
+from sglang_saria.hicache.load_signal import (LoadSignalMixin, PrefillRate, SchedulerLoad, seconds_of,
+                                              waiting_uncached_tokens)
 from sglang_saria.hicache.policy import SariaHiCachePolicy
+
+
+@dataclass
+class Req:
+    """The fields of SGLang's Req the load signal reads."""
+
+    seqlen: int
+    num_matched_prefix_tokens: int = 0  # device + host match (at arrival or the last admission try)
+    rid: str = "r"
+    prefix_len: int = 0  # a chunked request's tokens already prefilled
+    extend_input_len: int = 0  # a chunked request's chunk in the batch just formed
+
+    @property
+    def cache_request_handle(self):
+        return self
 
 
 @dataclass
@@ -24,7 +45,7 @@ class Inquirer:
     chunked: Any = None
     tokens: int = 0
     busy_us: int = 0
-    uncached: int = 0  # input tokens waiting for prefill compute (cached prefixes left out)
+    spans: dict = field(default_factory=dict)  # rid -> storage span, as the radix cache's seam answers
 
     def get_waiting_queue(self):
         return self.waiting
@@ -38,8 +59,13 @@ class Inquirer:
     def get_total_prefill_busy_us(self):
         return self.busy_us
 
-    def get_num_waiting_uncached_tokens(self):
-        return self.uncached
+    def get_waiting_storage_span(self, handle):
+        return self.spans.get(handle.rid)
+
+
+def waiting(uncached: int) -> list[Req]:
+    """One waiting request with ``uncached`` tokens to compute."""
+    return [Req(uncached)]
 
 
 def test_the_measured_prefill_rate_replaces_the_configured_one_once_a_prefill_ran():
@@ -56,9 +82,8 @@ def test_the_measured_prefill_rate_replaces_the_configured_one_once_a_prefill_ra
 def test_queued_seconds_are_zero_on_an_empty_queue_and_the_uncached_waiting_tokens_over_the_rate_otherwise():
     inquirer = Inquirer()
     load = SchedulerLoad(inquirer)
-    inquirer.uncached = 1300
-    load.queued_tokens = inquirer.get_num_waiting_uncached_tokens()  # after a prefill batch
-    assert load.backlog_s(6500.0) == 0.0  # nothing waits: no work queued, whatever a stale count says
+    load.queued_tokens = 1300  # after a prefill batch
+    assert load.backlog_s(6500.0) == 0.0 and load.queued() == 0  # nothing waits: whatever a stale count says
     inquirer.waiting = ["req"]
     assert load.backlog_s(6500.0) == pytest.approx(0.2)  # no prefill measured yet: the configured rate
     inquirer.tokens, inquirer.busy_us = 1000, 1_000_000
@@ -66,7 +91,51 @@ def test_queued_seconds_are_zero_on_an_empty_queue_and_the_uncached_waiting_toke
     inquirer.tokens, inquirer.busy_us = 2000, 2_000_000  # the scheduler measured 1000 tokens/s
     assert load.backlog_s(6500.0) == pytest.approx(1.3)
     inquirer.waiting, inquirer.chunked = [], object()  # a request still being chunked is queued work
-    assert load.backlog_s(6500.0) == pytest.approx(1.3)
+    assert load.backlog_s(6500.0) == pytest.approx(1.3) and load.queued() == 1300
+
+
+def test_a_waiting_request_counts_its_tokens_less_its_matched_prefix_and_its_storage_span():
+    agent = Req(1000, num_matched_prefix_tokens=900, rid="agent")  # 90 % cached: 100 tokens of work
+    stored = Req(500, num_matched_prefix_tokens=100, rid="stored")  # pages 100-400 come from the store
+    cold = Req(300, rid="cold")
+    inquirer = Inquirer(waiting=[agent, stored, cold], spans={"stored": (100, 400)})
+    assert waiting_uncached_tokens(inquirer) == 100 + 100 + 300
+    inquirer.spans["stored"] = (0, 400)  # a span from the root (published reload) overlaps the match
+    assert waiting_uncached_tokens(inquirer) == 100 + 100 + 300
+    inquirer.get_waiting_storage_span = None  # a cache without the seam: matches only
+    assert waiting_uncached_tokens(inquirer) == 100 + 400 + 300
+
+
+def test_the_chunked_request_counts_its_rest_past_the_chunk_in_the_batch_just_formed():
+    chunked = Req(1000, prefix_len=256, extend_input_len=128)
+    inquirer = Inquirer(chunked=chunked)
+    assert waiting_uncached_tokens(inquirer) == 744  # no batch formed: its whole rest waits
+    batch = SimpleNamespace(reqs=[chunked])
+    assert waiting_uncached_tokens(inquirer, batch) == 616  # the chunk now running is not queued
+    assert waiting_uncached_tokens(inquirer, SimpleNamespace(reqs=[])) == 744
+
+
+def test_tokens_become_seconds_as_the_replay_converts_them_at_the_same_rate():
+    """The replay queues a request's computed tokens on its GPU at ``prefill_tokens_per_s``; the
+    server divides its queued tokens by its measured rate. Same tokens, same rate: same seconds."""
+    from sglang_saria.model_specs import get_model_spec
+    from sglang_saria.replay.driver import ReplayRun, ReplaySettings
+    from sglang_saria.replay.trace import TraceRequest, TraceSession
+
+    tps = 2000.0
+    request = TraceRequest(0.0, 0.0, 3 * 16 + 7, 1, np.arange(1, 4, dtype=np.uint64))
+    cfg = SariaConfig.from_dict({"admission": {"policy": "auto"}, "metadata": {"block_tokens": 16}})
+    run = ReplayRun([TraceSession("a", [request])], [0.0], cfg, get_model_spec("qwen3-8b"),
+                    ReplaySettings(prefill_tokens_per_s=tps))
+    run.events.heap.clear()
+    run.admit(0, 0, 5.0, 5.0)  # cold: every token is computed, no transfer
+    replay_backlog_s = run.gpu_free - 5.0
+    inquirer = Inquirer(waiting=[Req(request.input_tokens)])
+    load = SchedulerLoad(inquirer)
+    load.queued_tokens = waiting_uncached_tokens(inquirer)
+    load.backlog_s(6500.0)
+    inquirer.tokens, inquirer.busy_us = int(tps), 1_000_000  # the server measured the same rate
+    assert load.backlog_s(6500.0) == pytest.approx(replay_backlog_s) == seconds_of(55, tps)
 
 
 class _Base:
@@ -99,12 +168,13 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     cache = _Cache(policy)
     cache.check_hicache_events()  # the scheduler has not handed its load inquirer over yet: nothing read
     assert cache.stepped and policy.admission.theta_E == 2
-    inquirer = Inquirer(waiting=["a", "b"], uncached=13000)  # 2 s at the configured 6500 tokens/s
+    inquirer = Inquirer(waiting=waiting(13000))  # 2 s at the configured 6500 tokens/s
     cache.read_scheduler_load(inquirer)
     cache.note_prefill_batch()
     cache.check_hicache_events()
     assert policy.admission.loaded and policy.admission.theta_E == 1
     assert _sample("sglang:saria_auto_theta_e") == 1 and _sample("sglang:saria_auto_backlog_seconds") == pytest.approx(2.0)
+    assert _sample("sglang:saria_auto_queued_prefill_tokens") == 13000
     inquirer.waiting = []  # the queue drained; ten time constants later the smoothed backlog is gone
     clock[0] += 10.0
     cache.check_hicache_events()
@@ -112,10 +182,51 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     assert _sample("sglang:saria_auto_backlog_seconds") < 0.5
 
 
+class _HiCacheBase:
+    def waiting_storage_span(self, request):
+        return (0, 64)  # HiCache's own (host-staged prefetch)
+
+
+class _ReloadingCache(LoadSignalMixin, _HiCacheBase):
+    """The parts of `SariaRadixCache` the storage span reads: its direct reload, reloads by request
+    id and published reloads' ends."""
+
+    def __init__(self):
+        self._direct = object()
+        self._published = {}
+        self._reloads = SimpleNamespace(by_rid={})
+
+
+def test_with_direct_reload_a_waiting_requests_storage_span_is_what_saria_loads_for_it():
+    cache = _ReloadingCache()
+    handle = SimpleNamespace(rid="r")
+    assert cache.waiting_storage_span(handle) is None  # nothing stored for it
+    cache.note_storage_span("r", 32, 160)  # a follower: another request's reload reads its pages
+    assert cache.waiting_storage_span(handle) == (32, 160)
+    cache._reloads.by_rid["r"] = SimpleNamespace(start=32, key=list(range(224)))  # its own reload
+    assert cache.waiting_storage_span(handle) == (32, 224)
+    cache._published["r"] = 224  # published: on the device, matched at its admission
+    assert cache.waiting_storage_span(handle) == (0, 224)
+    cache._direct = None  # no direct reload: HiCache's span
+    assert cache.waiting_storage_span(handle) == (0, 64)
+
+
+def test_a_followers_span_is_kept_while_it_waits_and_dropped_once_it_leaves_the_queue():
+    cache = _ReloadingCache()
+    inquirer = Inquirer(waiting=[Req(200, rid="a"), Req(300, num_matched_prefix_tokens=0, rid="b")])
+    inquirer.get_waiting_storage_span = cache.waiting_storage_span  # as SGLang binds the seam
+    cache.read_scheduler_load(inquirer)
+    cache.note_storage_span("b", 0, 288)  # b follows a's reload of 288 stored tokens
+    cache.note_storage_span("gone", 0, 16)  # admitted or aborted since
+    cache.note_prefill_batch()
+    assert cache._scheduler_load.queued_tokens == 200 + 12
+    assert set(cache._storage_spans) == {"b"}
+
+
 def test_other_policies_are_not_fed():
     policy = _policy("eviction:E2", [100.0])
     cache = _Cache(policy)
-    cache.read_scheduler_load(Inquirer(waiting=["a"], uncached=10**6))
+    cache.read_scheduler_load(Inquirer(waiting=waiting(10**6)))
     cache.note_prefill_batch()
     cache.check_hicache_events()
     assert policy.admission.theta_E == 2 and cache.stepped
@@ -136,13 +247,13 @@ def test_every_rank_reads_the_largest_load_of_the_ranks(monkeypatch):
     policy.use_agreement(agreement.on_ssd, agreement.clock)  # as connect_agreement wires it
     cache = _Cache(policy)
     cache._agreement = agreement
-    inquirer = Inquirer(waiting=["a"], uncached=6500)  # 1 s queued on this rank
+    inquirer = Inquirer(waiting=waiting(6500))  # 1 s queued on this rank
     cache.read_scheduler_load(inquirer)
     cache.note_prefill_batch()
     agreement.step()  # the agreement's first step: this rank's load is not wired yet (it adds 0)
     cache.check_hicache_events()  # wires it; feeds the step's agreed value
     assert agreement.load == 3.0 and policy.admission.backlog_s == 3.0  # the other rank's 3 s
-    inquirer.uncached = 6500 * 5  # now this rank has the most queued: 5 s
+    inquirer.waiting = waiting(6500 * 5)  # now this rank has the most queued: 5 s
     cache.note_prefill_batch()
     agreement.step()
     cache.check_hicache_events()
