@@ -8,15 +8,15 @@ MODELS := models/qwen3-tiny/config.json models/qwen3.5-tiny-hybrid/config.json
 setup:
 	@bash scripts/setup.sh
 
-$(MODELS): scripts/make_tiny_models.py sglang_saria/agents/tokenizer.py | setup
-	@$(PY) scripts/make_tiny_models.py --out models qwen3-tiny qwen3.5-tiny-hybrid
+$(MODELS): sglang_saria/tiny_models.py sglang_saria/hybrid/tiny_config.py sglang_saria/agents/tokenizer.py | setup
+	@$(PY) -m sglang_saria.tiny_models --out models qwen3-tiny qwen3.5-tiny-hybrid
 
 models: setup $(MODELS)
 
-# Real-shaped random models for scripts/bench_models.py and the benchmarks' --model (16 KiB of
+# Real-shaped random models for saria-bench-models and the benchmarks' --model (16 KiB of
 # KV per token, about 430 MB together); no test needs them.
 bench-models: setup
-	@$(PY) scripts/make_tiny_models.py --out models qwen3-bench qwen3.5-bench-hybrid
+	@$(PY) -m sglang_saria.tiny_models --out models qwen3-bench qwen3.5-bench-hybrid
 
 demo: models
 	@$(PY) -m sglang_saria.demo

@@ -24,16 +24,13 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
-from sglang_saria.gpukit.workloads import ModelShape, build_workload, per_group, row_loop, same_bits, snapshot  # noqa: E402
-from sglang_saria.kernels.gather import (  # noqa: E402
+from sglang_saria.gpukit.timing import median_seconds
+from sglang_saria.gpukit.workloads import ModelShape, build_workload, per_group, row_loop, same_bits, snapshot
+from sglang_saria.kernels.gather import (
     GatherPlan,
     gather_mixed,
     gather_mixed_reference,

@@ -24,13 +24,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-sys.path.insert(0, str(REPO_ROOT))
-
-from make_tiny_models import FULL_ATTENTION, HYBRID, build  # noqa: E402
-
-from sglang_saria.launcher import SGLangServer, ServerConfig  # noqa: E402
+from sglang_saria.launcher import SGLangServer, ServerConfig
+from sglang_saria.tiny_models import FULL_ATTENTION, HYBRID, build
 
 
 @dataclass(frozen=True)
@@ -72,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
-    parser.add_argument("--models", type=Path, default=REPO_ROOT / "models")
+    parser.add_argument("--models", type=Path, default=Path("models"))
     parser.add_argument("--threads", type=int, default=1,
                         help="OMP threads per server (default 1: on a shared 2-core host, OpenMP "
                              "spin-waiting under contention swamps both models' timings)")

@@ -21,18 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig  # noqa: E402
-from sglang_saria.units import parse_count, parse_duration_s  # noqa: E402
-from sglang_saria.model_specs import get_model_spec  # noqa: E402
-from sglang_saria.replay.driver import ReplaySettings, replay  # noqa: E402
-from sglang_saria.replay.metrics import peak_window_bytes  # noqa: E402
-from sglang_saria.replay.planning.sweep import load_step_starts, sweep  # noqa: E402
-from sglang_saria.replay.report import plot_ssd_writes  # noqa: E402
-from sglang_saria.replay.loaders import load_trace  # noqa: E402
-from sglang_saria.replay.workload import apply_limits  # noqa: E402
+from sglang_saria.config import AdmissionConfig, CapacityConfig, SariaConfig
+from sglang_saria.units import parse_count, parse_duration_s
+from sglang_saria.model_specs import get_model_spec
+from sglang_saria.replay.driver import ReplaySettings, replay
+from sglang_saria.replay.metrics import peak_window_bytes
+from sglang_saria.replay.planning.sweep import load_step_starts, sweep
+from sglang_saria.replay.report import plot_ssd_writes
+from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.workload import apply_limits
 
 FIXED = (2, 3, 4, 6, 8, 10, 12, 16)
 

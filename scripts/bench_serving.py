@@ -43,12 +43,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-from make_tiny_models import FULL_ATTENTION, build  # noqa: E402
-
-from sglang_saria.launcher import (  # noqa: E402
+from sglang_saria.launcher import (
     AUDIT_ENV,
     LOGPROB_TOLERANCE,
     SGLangServer,
@@ -59,7 +54,8 @@ from sglang_saria.launcher import (  # noqa: E402
     saria_hicache_args,
     saria_metrics,
 )
-from sglang_saria.replay.agent_prompts import agent_requests  # noqa: E402
+from sglang_saria.replay.agent_prompts import agent_requests
+from sglang_saria.tiny_models import FULL_ATTENTION, build
 
 POOLS = ["--page-size", "16", "--max-total-tokens", "512", "--dtype", "bfloat16"]
 GPU_FLAGS = ["--skip-tokenizer-init", "--mem-fraction-static", "0.2"]
@@ -267,7 +263,7 @@ def main() -> int:
     concurrent.add_argument("--read-delay-s", type=float, default=None, help="seconds per store read (CPU default 0.1)")
     args = ap.parse_args()
 
-    model = args.model or build(FULL_ATTENTION, REPO / "models")
+    model = args.model or build(FULL_ATTENTION, Path("models"))
     if args.scenario == "concurrent":
         log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="saria-bench-concurrent-"))
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ Reported per configuration: SSD bytes written (stock: the page files' bytes; sar
 store's `sglang:saria_ssd_bytes_written_total`), cached tokens by tier (SGLang's cache
 report), TTFT mean and P90, each also as a ratio to stock. With `--repeats N`, medians over
 N runs. The configurations, the run and the table are `sglang_saria.bench.configs`'s,
-shared with `scripts/bench_fig10.py` (every admission policy, think times, the replay).
+shared with `saria-fig10` (every admission policy, think times, the replay).
 
     python scripts/bench_vs_hicache.py [--repeats 3] [--turns 10] [--markdown]
 """
@@ -29,12 +29,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-from make_tiny_models import FULL_ATTENTION, build  # noqa: E402
-
-from sglang_saria.bench.configs import (  # noqa: E402
+from sglang_saria.bench.configs import (
     HICACHE_FILE,
     BenchError,
     Pools,
@@ -48,6 +43,7 @@ from sglang_saria.bench.configs import (  # noqa: E402
     results_table,
     run_config,
 )
+from sglang_saria.tiny_models import FULL_ATTENTION, build
 
 CONFIGS = (HICACHE_FILE, "saria/full-duplicate", "saria/eviction:E2")
 # Device 1024 tokens, host 2048, pages of 16; the saria store 64 MiB of the tiny model's KV
@@ -71,7 +67,7 @@ def main() -> int:
         if getattr(args, flag) <= 0:
             ap.error(f"--{flag.replace('_', '-')} {getattr(args, flag)}: must be > 0")
 
-    model = args.model or build(FULL_ATTENTION, REPO / "models")
+    model = args.model or build(FULL_ATTENTION, Path("models"))
     work = args.work_dir or private_work_dir("saria-vs-hicache-")
     work.mkdir(parents=True, exist_ok=True)
     # SGLang's client warms up with one conversation, as this benchmark always has.

@@ -32,7 +32,7 @@ gpu_tests() {  # a skip on a GPU host is a failure
 
 run "GPU kit (store, queues, gather, digest, reload)" env PYTHON="$PY" bash scripts/gpu_kit.sh
 run "pytest -m gpu" gpu_tests
-run "hybrid reload: FA pages + GDN state, direct vs host-staged" timeout 300 "$PY" scripts/bench_reload.py --device cuda --hybrid-only --pages 16 64 256
+run "hybrid reload: FA pages + GDN state, direct vs host-staged" timeout 300 "$PY" -m sglang_saria.bench.reload --device cuda --hybrid-only --pages 16 64 256
 run "serving: TTFT per policy, logprobs equal cold" timeout 900 "$PY" scripts/bench_serving.py --device cuda --check
 run "serving: decoders beside SSD hits, per reload path" timeout 900 "$PY" scripts/bench_serving.py --device cuda --scenario concurrent
 exit $status

@@ -146,7 +146,7 @@ class PromotionConfig:
     ratio: float = 0.4
     p_tau_s: float = 60.0
     # saria mode: cap r at 1 - B_gds / B_ingress (4.4: DRAM supplies only what GDS cannot); False replays the
-    # paper's Figure 15 sweep, whose r reaches 1 (scripts/fidelity_figures.py)
+    # paper's Figure 15 sweep, whose r reaches 1 (sglang_saria/fidelity/figures.py)
     bandwidth_cap: bool = True
 
     def validate(self, prefix: str = "promotion") -> None:

@@ -27,7 +27,7 @@ from typing import Any
 TORCH_EXTENSIONS_DIR = Path(sys.prefix) / "torch_extensions"
 
 # Flags that make SGLang 0.5.23 serve on a CPU-only machine (with the patches applied).
-# The tiny models carry a local tokenizer (scripts/make_tiny_models.py): text, chat and
+# The tiny models carry a local tokenizer (sglang_saria/tiny_models.py): text, chat and
 # token-id requests all work. --sleep-on-idle: without it an idle scheduler spins a whole
 # core (on a 2-core machine a server kept for later requests halves everyone else's CPU);
 # an idle scheduler then wakes on a request at once, and for HiCache's pending write
@@ -173,7 +173,7 @@ class SGLangServer:
     def start(self) -> "SGLangServer":
         model = Path(self.config.model_path)
         if not (model / "config.json").exists():
-            raise ServerError(f"model path {model} has no config.json (build it: python scripts/make_tiny_models.py)")
+            raise ServerError(f"model path {model} has no config.json (build it: saria-make-tiny-models)")
         for attempt in range(PORT_ATTEMPTS):
             if port_in_use(self.port, self.config.host):
                 raise ServerError(f"port {self.port} on {self.config.host} is already in use")

@@ -113,16 +113,13 @@ def repo_root() -> Path:
 
 def _build_model(name: str) -> Path:
     """Build (or find) a tiny model; the lock keeps two xdist workers from writing it at once."""
-    sys.path.insert(0, str(REPO_ROOT / "scripts"))
-    try:
-        import make_tiny_models
-    finally:
-        sys.path.pop(0)
+    from sglang_saria import tiny_models
+
     models = REPO_ROOT / "models"
     models.mkdir(exist_ok=True)
     with open(models / ".build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        return make_tiny_models.build(getattr(make_tiny_models, name), models)
+        return tiny_models.build(getattr(tiny_models, name), models)
 
 
 @pytest.fixture(scope="session")

@@ -1,21 +1,18 @@
 """The benchmark models (`make bench-models`) are real-shaped where caching cares: 16 KiB of KV
 per full-attention token, a Qwen3.5-style hybrid with both layer kinds; and
-`scripts/bench_models.py` reports prefill against store reads of the same tokens' KV.
+`saria-bench-models` reports prefill against store reads of the same tokens' KV.
 The configs are checked without building weights; the server run uses the tiny model."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-import bench_models  # noqa: E402
-import bench_reload  # noqa: E402
-from make_tiny_models import (  # noqa: E402
+from sglang_saria.bench import models as bench_models
+from sglang_saria.bench import reload as bench_reload
+from sglang_saria.tiny_models import (
     FULL_ATTENTION_BENCH,
     HYBRID_BENCH,
     KNOWN,

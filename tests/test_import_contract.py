@@ -34,7 +34,10 @@ ALLOWED: dict[str, set[str]] = {
     "gpukit": {"reload", "storage", "kernels", "mem_cache", "config", "units", "digest"},
     "agents": {"replay", "units"},
     "demo": {"agents", "launcher", "replay", "units"},
-    "bench": {"agents", "launcher", "replay", "config", "model_specs", "policy_names", "units"},
+    "tiny_models": {"agents", "hybrid"},
+    "fidelity": {"replay", "mem_cache", "config", "model_specs"},
+    "bench": {"agents", "launcher", "replay", "config", "model_specs", "policy_names", "units", "tiny_models",
+              "storage", "reload", "gpukit", "mem_cache"},
     "cluster": {"launcher", "session_affinity"},
     "plugin": {"hicache"},
 }

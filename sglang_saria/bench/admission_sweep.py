@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import sys
@@ -36,10 +35,11 @@ from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig,
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplayRun, ReplaySettings, replay, replay_oracle
 from sglang_saria.replay.frontier import DEFAULT_SHARES, Frontier, build_frontier
-from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.loaders import load_trace, shared_dir
 from sglang_saria.replay.loaders.weka import load_weka_file
 from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.oracle import FutureNeeds, request_id
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end -->"
@@ -47,10 +47,6 @@ WRITES_BOUND = 1.3
 CHAR_SLACK = 0.02
 POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "learned")
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
-
-
-def shared_dir() -> Path:
-    return Path(os.environ.get("SARIA_SHARED_DIR", "../shared"))
 
 
 def load_workload(spec: str, block_tokens: int) -> list:
@@ -155,11 +151,6 @@ def judge(setting: dict, row: dict) -> dict:
 
 def _label(row: dict) -> str:
     return row["policy"] + (f" ({row['variant']})" if row["variant"] else "")
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "eviction:E3", "full-duplicate", "oracle")) -> str:

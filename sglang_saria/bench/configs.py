@@ -1,7 +1,7 @@
 """Head-to-head serving benchmarks: configurations, one measured server run, medians, tables.
 
 Why one module: `scripts/bench_vs_hicache.py` (stock HiCache against saria) and
-`scripts/bench_fig10.py` (Figure 10 on the real server: every admission policy against
+`saria-fig10` (Figure 10 on the real server: every admission policy against
 DRAM only and stock HiCache) run the same thing, a WEKA agent workload replayed by SGLang's
 own client against one fresh server and store per configuration, with the same pools, and
 read the same numbers back (SSD bytes written, cached tokens by tier, TTFT, failures, the KV
@@ -29,6 +29,7 @@ from sglang_saria import policy_names
 from sglang_saria.agents.bench_client import BenchClient, BenchResult, start_bench_serving
 from sglang_saria.agents.weka_chat import AGENTS, weka_conversations, write_agentic_trace
 from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, free_port, hicache_args, saria_metrics
+from sglang_saria.replay.report import md_table
 
 DRAM_ONLY = "dram-only"
 HICACHE_FILE = "hicache-file"
@@ -403,11 +404,6 @@ def _fmt_ratio(x: float) -> str:
     return "" if math.isnan(x) else f"{x:.2f}"
 
 
-def markdown(head: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def results_table(results: dict[str, RunResult], bases: tuple[str, ...] = (HICACHE_FILE, DRAM_ONLY)) -> str:
     """One row per configuration: metrics, failures, and SSD writes / TTFT as ratios to each base."""
     bases = tuple(b for b in bases if b in results)
@@ -422,7 +418,7 @@ def results_table(results: dict[str, RunResult], bases: tuple[str, ...] = (HICAC
         for b in bases:
             row += [_fmt_ratio(per_base[b][name][k]) for k in keys[b]]
         rows.append(row)
-    return markdown(head, rows)
+    return md_table(head, rows)
 
 
 def to_json(results: dict[str, RunResult]) -> dict[str, dict]:

@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from sglang_saria.bench.configs import DRAM_ONLY, HICACHE_FILE, Pools, Prepared, markdown
+from sglang_saria.bench.configs import DRAM_ONLY, HICACHE_FILE, Pools, Prepared
 from sglang_saria.agents.tokenizer import IM_END, IM_START
 from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, PromotionConfig, SariaConfig
 from sglang_saria.model_specs import ModelSpec, spec_from_hf_config
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.trace import TraceRequest, TraceSession, chain_keys, scope_seed
 
 # Token ids of the tiny models' special tokens (agents/tokenizer.py: they follow the 256 bytes).
@@ -230,7 +231,7 @@ def comparison_table(cmp: dict) -> str:
         w, t = cmp["ssd_bytes"], cmp["ttft_mean_ms"]  # writes over dram-only's (nothing) are no ratio
         rows.append([n, _r(w["server_vs_fd"][n]), _r(w["replay_vs_fd"][n]), _r(t["server_vs_fd"][n]),
                      _r(t["replay_vs_fd"][n]), _r(t["server_vs_dram"][n]), _r(t["replay_vs_dram"][n])])
-    return markdown(head, rows)
+    return md_table(head, rows)
 
 
 def orderings_table(cmp: dict) -> str:
@@ -239,7 +240,7 @@ def orderings_table(cmp: dict) -> str:
     for label, key, dis in (("SSD writes", "order_writes", "disagree_writes"), ("TTFT mean", "order_ttft", "disagree_ttft")):
         rows.append([f"{label} (lowest first)", order_text(cmp[key]["server"]), order_text(cmp[key]["replay"]),
                      "; ".join(cmp.get(dis) or []) or "none"])
-    return markdown(["ordering", "server", "replay", "server orders otherwise, beyond its run-to-run spread"], rows)
+    return md_table(["ordering", "server", "replay", "server orders otherwise, beyond its run-to-run spread"], rows)
 
 
 # docs/fidelity.md's Figure 10 section: tables between `<!-- fig10:NAME -->` and `<!-- /fig10 -->`

@@ -193,7 +193,7 @@ def table(runs: list[RestartRun]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="saria-restart-turns", description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)

@@ -1,6 +1,6 @@
 """Config of the tiny random Qwen3.5-style hybrid model used by CPU tests and benchmarks.
 
-WHY a function here: scripts/make_tiny_models.py builds every tiny model; the hybrid
+WHY a function here: sglang_saria/tiny_models.py builds every tiny model; the hybrid
 one must carry the fields SGLang 0.5.23 reads, which transformers' save_pretrained
 does not write, so the hybrid package owns that knowledge.
 """

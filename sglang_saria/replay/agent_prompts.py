@@ -9,18 +9,15 @@ request stays small enough for a CPU server with tiny pools.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.loaders import load_trace, shared_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SESSIONS = ("trace_0002", "trace_0003/sub1", "trace_0003/sub2", "trace_0004")
 
 
 def weka_dir() -> Path:
-    shared = Path(os.environ.get("SARIA_SHARED_DIR", REPO_ROOT.parent / "shared"))
-    path = shared / "traces" / "weka-cc"
+    path = shared_dir() / "traces" / "weka-cc"
     if not path.is_dir():
         raise FileNotFoundError(f"WEKA traces not found at {path} (set SARIA_SHARED_DIR)")
     return path

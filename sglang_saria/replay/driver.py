@@ -374,7 +374,7 @@ def replay(
 
     Deterministic: the same inputs give the same metrics. Ctrl-C stops the replay and
     returns the partial result with ``interrupted=True``. ``on_write`` sees every SSD write
-    the core decides (diagnostics: ``scripts/fidelity.py --mechanism``). The core sees block
+    the core decides (diagnostics: ``saria-fidelity --mechanism``). The core sees block
     keys renumbered by ``dense_keys`` (so do ``on_write`` and the returned core).
     """
     settings = settings or ReplaySettings()

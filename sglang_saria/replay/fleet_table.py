@@ -32,6 +32,7 @@ from sglang_saria.replay.driver import ReplaySettings
 from sglang_saria.replay.fleet import FleetSettings, fleet_replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.workload import apply_limits, session_starts
@@ -116,11 +117,6 @@ def measure(args: argparse.Namespace) -> list[dict]:
 
 
 # ----------------------------------------------------------------- tables
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
@@ -296,7 +292,7 @@ def _csv(value: str, known: tuple | None, flag: str, cast=str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="saria-fleet-table", description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=350, help="the first N WEKA trace files")
     p.add_argument("--skip-sessions", type=int, default=0, metavar="K", help="less the first K of them (held out)")
     p.add_argument("--session-eps", default=str(AffinityConfig.eps),

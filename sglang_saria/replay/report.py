@@ -88,17 +88,20 @@ def plot_ssd_writes(results: list[dict], logs: list[RequestLog], path: Path, cap
     save_figure(fig, ax, path, dpi=110)
 
 
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of already formatted cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def _md_table(results: list[dict]) -> str:
     cols = [("policy", "policy", "{}"), ("CHAR", "char", "{:.3f}"), ("CHAR P25-bad", "char_p25_bad", "{:.3f}"),
             ("SSD writes / C", "ssd_writes_norm", "{:.3f}"), ("budget / C", "write_budget_norm", "{:.3f}"),
             ("writes never read", "writes_never_read_frac", "{:.3f}"), ("SSD reads / C", "ssd_reads_norm", "{:.3f}"),
             ("mean transfer ms", "transfer_mean_s", "{:.1f}"), ("mean TTFT s", "ttft_mean_s", "{:.3f}"),
             ("P90 TTFT s", "ttft_p90_s", "{:.3f}"), ("requests", "requests", "{}")]
-    lines = ["| " + " | ".join(c[0] for c in cols) + " |", "|" + "---|" * len(cols)]
-    for r in results:
-        cells = [c[2].format(r[c[1]] * 1000.0 if c[1] == "transfer_mean_s" else r[c[1]]) for c in cols]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return md_table([c[0] for c in cols],
+                    [[c[2].format(r[c[1]] * 1000.0 if c[1] == "transfer_mean_s" else r[c[1]]) for c in cols] for r in results])
 
 
 def write_report(out: dict[str, Any], logs: list[RequestLog], directory: str, dwpd: float = 1.0) -> Path:

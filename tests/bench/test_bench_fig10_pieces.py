@@ -1,4 +1,4 @@
-"""The pieces of `scripts/bench_fig10.py` and `scripts/bench_vs_hicache.py` that need no
+"""The pieces of `saria-fig10` and `scripts/bench_vs_hicache.py` that need no
 server: configuration names and server flags, think-time pacing of SGLang's client,
 medians, ratios and tables, and the replay's view of the server's workload."""
 
@@ -7,14 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from sglang_saria.bench import think_serving
+from sglang_saria.bench import fig10, think_serving
 from sglang_saria.bench.configs import (
     Pools,
     Prepared,
@@ -35,7 +34,6 @@ from sglang_saria.bench.fig10_replay import (
     turn_token_ids,
     ReplayPlan,
 )
-from tests.bench_fig10_script import load_bench_fig10
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,14 +61,12 @@ def test_bad_config_names_are_refused_naming_the_flag(bad):
 
 
 def test_budget_and_auto_run_after_e2_and_budget_takes_the_dwpd():
-    fig10 = load_bench_fig10()
     names = [c.name for c in fig10.build_configs(list(fig10.CONFIGS), 0.25)]
     assert names[:5] == ["dram-only", "hicache-file", "full-duplicate", "eviction:E2", "eviction:E3"]
     assert set(names[5:]) == {"budget:0.25", "auto"}
 
 
 def test_binding_dwpd_is_half_of_e2_writes_over_capacity():
-    fig10 = load_bench_fig10()
     pools = Pools(store_tokens=1000)
     dwpd, why = fig10.binding_dwpd({"eviction:E2": [_run("eviction:E2", 100_000, 1)]}, pools, kv_bytes_per_token=100)
     assert dwpd == pytest.approx(0.5) and "eviction:E2" in why
@@ -81,7 +77,6 @@ def test_binding_dwpd_is_half_of_e2_writes_over_capacity():
 
 
 def test_cli_errors_name_the_flag(capsys):
-    fig10 = load_bench_fig10()
     with pytest.raises(SystemExit):
         fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny"), "--repeats", "0"])
     assert "--repeats 0" in capsys.readouterr().err
@@ -95,7 +90,6 @@ def test_cli_errors_name_the_flag(capsys):
 
 
 def test_only_the_first_dram_only_server_measures_the_prefill_rate():
-    fig10 = load_bench_fig10()
     args = fig10.parse_args(["--model", str(REPO / "models" / "qwen3-tiny")])
     into: dict = {}
     assert fig10.prefill_probe(parse_config("dram-only"), 0, args, into) is not None

@@ -1,4 +1,4 @@
-"""`scripts/bench_fig10.py` end to end on the tiny model: three configurations, one run each,
+"""`saria-fig10` end to end on the tiny model: three configurations, one run each,
 a short workload (3 WEKA sessions, 4 turns, think times), the replay comparison.
 
 What it proves: SGLang's own client (with the think-time hook) completes every request against
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_fig10_script import load_bench_fig10
+from sglang_saria.bench import fig10
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 def bench(tiny_model, tmp_path_factory) -> tuple[int, list[dict], Path]:
     work = tmp_path_factory.mktemp("fig10")
     out = work / "fig10.json"
-    code = load_bench_fig10().main([
+    code = fig10.main([
         "--model", str(tiny_model), "--repeats", "1", "--sessions", "3", "--turns", "4",
         "--configs", "dram-only", "hicache-file", "eviction:E2",
         "--json", str(out), "--plot", str(work / "fig10.png"), "--work-dir", str(work / "runs"),

@@ -1,18 +1,13 @@
-"""`scripts/bench_tree.py` drives SGLang's Python and Rust TreeCores through the same agent
+"""`saria-bench-tree` (`sglang_saria.bench.tree`) drives SGLang's Python and Rust TreeCores through the same agent
 workload; its timings mean something only if both trees stay consistent. The bench checks
 that every KV slot is free, locked or evictable at the end (a double free, as an insert
 without `prev_prefix_len` makes, breaks it); this runs that check on a small workload."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import bench_tree  # noqa: E402
+from sglang_saria.bench import tree as bench_tree
 
 
 @pytest.mark.parametrize("page_size", [16, 1])

@@ -1,17 +1,13 @@
-"""`scripts/fidelity.py`: Figure 10 at the paper's stated 6,500 tokens/s on the paper's session
+"""`saria-fidelity` (`sglang_saria.fidelity.table`): Figure 10 at the paper's stated 6,500 tokens/s on the paper's session
 count and on the anchor set, the E3 target stated as met or unmet at each setting, and every
 policy's writes against the clairvoyant bound (issue 25, items 2 and 3)."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fidelity  # noqa: E402
-
-sys.path.pop(0)
+from sglang_saria.fidelity import table as fidelity
 
 
 class _FD:

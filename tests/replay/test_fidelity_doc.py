@@ -1,17 +1,13 @@
-"""docs/fidelity.md's tables are `scripts/fidelity.py --json` output, not hand-copied (issue 25, item 6).
+"""docs/fidelity.md's tables are `saria-fidelity --json` output, not hand-copied (issue 25, item 6).
 
 Every table the doc marks as generated (``<!-- fidelity:NAME -->``) must equal the rendering of
-docs/data/fidelity.json, the file `scripts/fidelity.py --json docs/data/fidelity.json
+docs/data/fidelity.json, the file `saria-fidelity --json docs/data/fidelity.json
 --update-doc docs/fidelity.md` wrote in the same run."""
 
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fidelity  # noqa: E402
-
-sys.path.pop(0)
+from sglang_saria.fidelity import table as fidelity
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

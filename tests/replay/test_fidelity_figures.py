@@ -1,4 +1,4 @@
-"""`scripts/fidelity_figures.py`: the paper's Figures 1, 3a, 4, 6, 11, 13, 14 and 15 in the fidelity table.
+"""`sglang_saria.fidelity.figures`: the paper's Figures 1, 3a, 4, 6, 11, 13, 14 and 15 in the fidelity table.
 
 Each figure runs on a few sessions (the numbers mean nothing at this size; the structure does):
 one row per claim, the paper's number as quoted in the paper, and every replay a figure uses
@@ -7,23 +7,18 @@ compared over the same requests as the replays it is compared with.
 
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fidelity  # noqa: E402
-import fidelity_figures as ff  # noqa: E402
-from fidelity_runs import Row, Runner  # noqa: E402
-
-sys.path.pop(0)
-
-from sglang_saria.replay.metrics import DifferentRequestsError  # noqa: E402
+from sglang_saria.fidelity import figures as ff
+from sglang_saria.fidelity import table as fidelity
+from sglang_saria.fidelity.runs import Row, Runner
+from sglang_saria.replay.loaders import shared_dir
+from sglang_saria.replay.metrics import DifferentRequestsError
 
 WEKA_SESSIONS = 4  # the synthetic figures take the same count: fast, and enough for every code path
-PAPER = Path(ff.__file__).resolve().parents[2] / "shared" / "paper" / "saria-paper.txt"
+PAPER = shared_dir() / "paper" / "saria-paper.txt"
 
 
 def _pct(x: float) -> str:

@@ -4,16 +4,12 @@ numbers in the doc's `grades` table and every row's grade in the `rows` table.""
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fidelity  # noqa: E402
-from fidelity_runs import Row  # noqa: E402
-
-sys.path.pop(0)
+from sglang_saria.fidelity import table as fidelity
+from sglang_saria.fidelity.runs import Row
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

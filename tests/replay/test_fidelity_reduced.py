@@ -1,17 +1,13 @@
-"""`scripts/fidelity.py` re-run on 20 WEKA sessions (Figure 10 and what comes with it: the anchor, the
+"""`saria-fidelity` re-run on 20 WEKA sessions (Figure 10 and what comes with it: the anchor, the
 E3 target, the oracle bound, the mechanism): the JSON has docs/data/fidelity.json's shape, and the
 signs every run shows hold. Under both GDN state placements."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import fidelity  # noqa: E402
-
-sys.path.pop(0)
+from sglang_saria.fidelity import table as fidelity
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""docs/fidelity.md's Figure 10 section (server vs replay) is `scripts/bench_fig10.py --json` output.
+"""docs/fidelity.md's Figure 10 section (server vs replay) is `saria-fig10 --json` output.
 
 Every table marked ``<!-- fig10:NAME -->`` must equal the rendering of docs/data/fig10.json, the
 file the bench wrote; the orderings the doc states in words are checked against the JSON too, and
@@ -6,17 +6,15 @@ the replay side is re-run by today's code against the recorded server numbers.""
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from sglang_saria.bench import fig10
 from sglang_saria.bench.fig10_replay import doc_blocks, doc_tables, update_doc
-from tests.bench_fig10_script import load_bench_fig10
+from sglang_saria.tiny_models import bench_config
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "scripts"))
-from make_tiny_models import bench_config  # noqa: E402
 
 DOCS = REPO / "docs"
 # the hybrid's earlier run, 600-token conversations (31 min: over the bench's time target)
@@ -76,7 +74,6 @@ def test_the_replay_today_gives_the_recorded_comparison(recorded, shared_dir, tm
     comparison the doc shows is what the replay computes, so a change to the replay's model that
     moves an ordering shows here. The benchmark models' geometry comes from their configs
     (`make bench-models` is not needed: no weights are read)."""
-    fig10 = load_bench_fig10()
     entries = json.loads(recorded.read_text())
     for entry in entries:  # the models' config.json, as `make bench-models` writes it
         model = tmp_path / "models" / Path(entry["model"]).name

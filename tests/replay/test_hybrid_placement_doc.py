@@ -1,17 +1,13 @@
-"""docs/fidelity.md's placement table (`scripts/hybrid_placement.py`): the anchors recomputed from the
+"""docs/fidelity.md's placement table (`saria-hybrid-placement`): the anchors recomputed from the
 raw scan by the anchor rule, each ratio recomputed from docs/data/hybrid-placement.json's raw metrics,
 and a reduced run of the generator on real WEKA sessions."""
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import hybrid_placement  # noqa: E402
-
-sys.path.pop(0)
+from sglang_saria.fidelity import placement as hybrid_placement
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BOUND_C = 1.0 / (1.0 - 0.782)  # paper 5.2: E3's -78.2% against FD fits the one-day budget (1 C)
@@ -35,7 +31,7 @@ def test_each_anchor_is_its_rule_applied_to_the_scanned_writes():
         assert all(w <= BOUND_C for _, w in scan[:-1])
         k = scan[-1][0] - 10 if scan[-1][1] > BOUND_C else scan[-1][0]  # stopped at the first K above the bound
         assert got["anchor"] == k > 0, placement
-    # each placement's scripts/fidelity.py run found the same anchor and the same full duplicate
+    # each placement's saria-fidelity run found the same anchor and the same full duplicate
     for placement, name in (("grid", "fidelity.json"), ("sglang", "fidelity-sglang.json")):
         fidelity = json.loads((DOCS / "data" / name).read_text())
         got = data["placements"][placement]

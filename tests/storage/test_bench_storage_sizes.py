@@ -1,20 +1,17 @@
-"""`scripts/bench_storage.py` and `scripts/bench_reload.py` at a benchmark model's page size
+"""`saria-bench-storage` and `saria-bench-reload` at a benchmark model's page size
 (`--model`): objects of one KV page (256 KiB), ratio columns against raw reads of the same
 bytes, and clear errors for sizes they cannot run. Tiny sizes, one repeat: no timing asserts."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import bench_reload  # noqa: E402
-import bench_storage  # noqa: E402
-from make_tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, bench_config  # noqa: E402
+from sglang_saria.bench import reload as bench_reload
+from sglang_saria.bench import storage as bench_storage
+from sglang_saria.tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, bench_config
 
 PAGE_BYTES = 512 * 1024  # 16 tokens x 32 KiB (float32)
 

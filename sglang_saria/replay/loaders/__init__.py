@@ -6,15 +6,24 @@ Every loader returns sessions in dataset order with chained block keys (see repl
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from sglang_saria.replay.loaders.mooncake import load_mooncake
 from sglang_saria.replay.loaders.tracelab import load_tracelab
 from sglang_saria.replay.loaders.weka import load_weka
 from sglang_saria.replay.synthetic import DEFAULT_SEED, generate
 from sglang_saria.replay.trace import TraceSession
 
-__all__ = ["load_trace", "load_weka", "load_tracelab", "load_mooncake", "SPEC_HELP"]
+__all__ = ["shared_dir", "load_trace", "load_weka", "load_tracelab", "load_mooncake", "SPEC_HELP"]
 
 SPEC_HELP = "weka:DIR | tracelab:FILE | mooncake:FILE | synthetic[:SEED]"
+
+
+def shared_dir() -> Path:
+    """The folder holding ``traces/`` and ``paper/``: ``$SARIA_SHARED_DIR``, else ``shared`` beside the
+    repository (an editable install's checkout)."""
+    return Path(os.environ.get("SARIA_SHARED_DIR", Path(__file__).resolve().parents[4] / "shared"))
 
 
 def load_trace(spec: str, block_tokens: int, max_sessions: int | None = None) -> list[TraceSession]:

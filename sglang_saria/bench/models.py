@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Benchmark models: KV size, CPU prefill time and the time to read the same KV from the store.
 
 Why: caching KV on SSD pays only when recomputing a prefix costs far more than reading its KV
@@ -21,7 +20,7 @@ Every time is the median of --repeats, after one unmeasured run per prompt lengt
 is formed from the two medians of the same run. Before measuring, one chat request checks
 that the server serves the model through the OpenAI endpoint.
 
-    python scripts/bench_models.py [--lengths 512 2048] [--repeats 3] [--json out.json]
+    saria-bench-models [--lengths 512 2048] [--repeats 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -37,18 +36,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "scripts"))
-sys.path.insert(0, str(REPO_ROOT))
-
-from make_tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, KVGeometry, build, kv_geometry, model_dtype  # noqa: E402
-
-from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
-from sglang_saria.launcher import SGLangServer, ServerConfig  # noqa: E402
-from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
-from sglang_saria.storage.buffers import aligned_empty  # noqa: E402
-from sglang_saria.storage.config import StoreConfig  # noqa: E402
-from sglang_saria.storage.store import SariaStore  # noqa: E402
+from sglang_saria.gpukit.timing import median_seconds
+from sglang_saria.launcher import SGLangServer, ServerConfig
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+from sglang_saria.storage.buffers import aligned_empty
+from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.store import SariaStore
+from sglang_saria.tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, KVGeometry, build, kv_geometry, model_dtype
 
 PAGE = 16
 # A hybrid server's GDN state slots and concurrent requests (one request at a time here).
@@ -177,7 +171,7 @@ def measure(model: Path, args: argparse.Namespace, work: Path) -> list[Row]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="saria-bench-models", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=Path, nargs="+", default=None,
                     help=f"model dirs (default: models/{FULL_ATTENTION_BENCH} and models/{HYBRID_BENCH}, built if missing)")
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 2048], help="prompt lengths in tokens (default 512 2048)")
@@ -199,7 +193,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    models = args.models or [build(name, REPO_ROOT / "models") for name in (FULL_ATTENTION_BENCH, HYBRID_BENCH)]
+    models = args.models or [build(name, Path("models")) for name in (FULL_ATTENTION_BENCH, HYBRID_BENCH)]
     work = Path(tempfile.mkdtemp(prefix="saria-bench-models-", dir=args.dir))
     try:
         rows = [row for model in tqdm(models, desc="models", unit="model") for row in measure(model, args, work)]

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Reload path benchmark: direct SSD -> device pool vs HiCache's staging through host memory.
 
 Both paths read the same stored KV pages from a real Saria store (O_DIRECT files) into a
@@ -33,8 +32,8 @@ hybrid rows with its GDN checkpoint. The pools keep SGLang's layer layout of 8 K
 per layer, so a model's KV per token maps to that many pool layers (4 for 16 KiB per token,
 whatever its real heads x head_dim): the bytes moved are the model's exactly.
 
-    python scripts/bench_reload.py [--pages 16 64] [--layers 8] [--device cuda]
-    python scripts/bench_reload.py --model models/qwen3-bench --pages 16 128
+    saria-bench-reload [--pages 16 64] [--layers 8] [--device cuda]
+    saria-bench-reload --model models/qwen3-bench --pages 16 128
 """
 
 from __future__ import annotations
@@ -50,22 +49,21 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from sglang_saria.gpukit.timing import median_seconds  # noqa: E402
-from sglang_saria.gpukit.workloads import DIM, HEADS, PAGE, HybridPools, ModelShape, Pools, staged, staged_hybrid  # noqa: E402
-from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
-from sglang_saria.reload.device import DeviceReloader, StateLoad  # noqa: E402
-from sglang_saria.reload.gdn_state import StateRows  # noqa: E402
-from sglang_saria.storage.buffers import aligned_empty, round_up  # noqa: E402
-from sglang_saria.storage.config import StoreConfig  # noqa: E402
-from sglang_saria.storage.store import SariaStore  # noqa: E402
+from sglang_saria.gpukit.timing import median_seconds
+from sglang_saria.gpukit.workloads import DIM, HEADS, PAGE, HybridPools, ModelShape, Pools, staged, staged_hybrid
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+from sglang_saria.reload.device import DeviceReloader, StateLoad
+from sglang_saria.reload.gdn_state import StateRows
+from sglang_saria.storage.buffers import aligned_empty, round_up
+from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.store import SariaStore
 
 
 LAYER_BYTES = 2 * HEADS * DIM * 2  # K and V of one token in one pool layer (bf16)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="saria-bench-reload", description=__doc__.split("\n\n")[0])
     ap.add_argument("--pages", type=int, nargs="+", default=[16, 64])
     sizes = ap.add_mutually_exclusive_group()
     sizes.add_argument("--layers", type=int, default=None, help="pool layers of the full-attention rows (default 8)")
@@ -90,8 +88,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def model_pools(model: Path) -> tuple[int, ModelShape | None]:
     """Pool layers holding ``model``'s KV per token, and its hybrid shape (None: full attention)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from make_tiny_models import kv_geometry
+    from sglang_saria.tiny_models import kv_geometry
 
     g = kv_geometry(model)
     if g.bytes_per_token % LAYER_BYTES:

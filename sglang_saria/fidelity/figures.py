@@ -1,6 +1,6 @@
 """The rest of the paper's evaluation in the fidelity table: Figures 1, 3a, 4, 6, 11, 13, 14 and 15.
 
-One function per figure, ``fig<N>(run, sessions) -> list[Row]`` as in ``scripts/fidelity.py``;
+One function per figure, ``fig<N>(run, sessions) -> list[Row]`` as in ``table.py``;
 ``PAPER_FIGURES`` maps their names to them (``fidelity.py --figures`` runs them). Every paper
 number below is quoted from the paper's text (sections 1, 3, 5); every replay number is
 computed in the run. Each comparison is between replays of the same requests (``rel_same``,
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fidelity_runs import MODELS, WEKA, Row, Runner, Setup, rel, rel_same
 from sglang_saria.config import (
     AdmissionConfig,
     BandwidthConfig,
@@ -33,6 +32,7 @@ from sglang_saria.config import (
     SariaConfig,
     TransferConfig,
 )
+from sglang_saria.fidelity.runs import MODELS, WEKA, Row, Runner, Setup, rel, rel_same
 from sglang_saria.mem_cache.metadata import SSD
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.core import SariaCore

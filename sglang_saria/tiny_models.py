@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Build tiny random-weight models for CPU serving tests (never downloaded).
 
 Why: CI has no model hub, and the tiers must be exercised by a real SGLang server.
@@ -10,7 +9,7 @@ chat template (`sglang_saria.agents.tokenizer`), so servers start without
 The two benchmark models (`make bench-models`, not needed by the tests) are built the same
 way but real-shaped: 8 KV heads per full-attention layer and at least 16 KiB of KV per token
 (Qwen3-8B has 144 KiB), so a CPU prefill costs far more than reading its KV back from the
-store (`scripts/bench_models.py`), as it does on a GPU with a real model. They are float32
+store (`saria-bench-models`), as it does on a GPU with a real model. They are float32
 (32 KiB of KV per token, 512 KiB pages): CPUs without AVX-512 BF16 or AMX run bf16 GEMMs
 about 300x slower than float32 ones (0.3 vs 100 GFLOP/s measured here), which would make a
 benchmark of agent sessions take hours.
@@ -255,7 +254,7 @@ def _build_weights(name: str, target: Path, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="saria-make-tiny-models", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("models"), help="output folder (default: models/)")
     parser.add_argument("names", nargs="*", default=[FULL_ATTENTION], choices=KNOWN, help=", ".join(KNOWN))
     args = parser.parse_args(argv)

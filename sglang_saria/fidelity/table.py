@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Fidelity table: the paper's evaluation numbers next to the replay's, one row per claim.
 
 Each row names a figure, the paper's number, the replay's number measured in this run and
@@ -6,7 +5,7 @@ whether both point the same way (the sign of the change against the figure's bas
 Figures: 3b (writes never read at 12/4/2 h, full duplicate), 10 (FD/E2/E3/E5 writes vs FD
 and TTFT vs FD and DRAM-only; WEKA and the TraceLab-calibrated synthetic workload; FA and
 hybrid), 12 (cumulative ablation, in-flight 1), 16 (one reload, serial / overlap /
-coordinated, the coordinator's fluid model), and ``fidelity_figures.py``'s 1, 3a, 4, 6, 11, 13,
+coordinated, the coordinator's fluid model), and ``figures.py``'s 1, 3a, 4, 6, 11, 13,
 14 and 15 (promotion ratio, with and without the bandwidth cap). Every replay
 of a figure runs on the identical workload (same sessions, same start times).
 
@@ -18,8 +17,8 @@ with a GPU-speed sensitivity sweep (6,500-20,000 tokens/s, ``SWEEP_TPS``) that i
 paper's load; and every policy's writes as a multiple of the clairvoyant bound (``--policy
 oracle``) on both models and both session sets.
 
-    python scripts/fidelity.py --json fidelity.json            # the full table (~30 replays)
-    python scripts/fidelity.py --figures 10 --sessions 100     # a quick subset
+    saria-fidelity --json fidelity.json            # the full table (~30 replays)
+    saria-fidelity --figures 10 --sessions 100     # a quick subset
 """
 
 from __future__ import annotations
@@ -33,15 +32,16 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from fidelity_figures import PAPER_FIGURES
-from fidelity_runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_grades, format_rows,
-                           md_table, rel, rel_same)
 from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
+from sglang_saria.fidelity.figures import PAPER_FIGURES
+from sglang_saria.fidelity.runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_grades,
+                                        format_rows, rel, rel_same)
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.workload import apply_limits, session_starts
 
 
@@ -287,7 +287,7 @@ def format_mechanism(rows: list[dict]) -> str:
     return md_table(cols, [[f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols] for r in rows])
 
 
-# the paper's other figures (1, 3a, 4, 6, 11, 13, 14, 15): scripts/fidelity_figures.py
+# the paper's other figures (1, 3a, 4, 6, 11, 13, 14, 15): figures.py
 FIGURES: dict[str, Callable[..., list[Row]]] = {"3b": fig3b, "10": fig10, "12": fig12, "16": fig16} | PAPER_FIGURES
 
 
@@ -331,7 +331,7 @@ def update_doc(text: str, doc: dict, prefix: str = DOC_PREFIX) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="saria-fidelity", description=__doc__.splitlines()[0])
     p.add_argument("--figures", default=",".join(FIGURES), help=f"comma-separated subset of {','.join(FIGURES)}")
     p.add_argument("--sessions", type=int, default=350, help="WEKA sessions (paper: 350)")
     p.add_argument("--rules", default="robust,paper", help="admission rules for figure 10")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Saria store throughput and latency against the raw device, measured in the same run.
 
 Raw baseline: fio (direct=1) when installed, else dd with oflag=direct / iflag=direct,
@@ -10,8 +9,8 @@ Every figure is the median of --repeats runs; ratios are store / raw.
 its full-attention layers' K and V, from its config.json: 256 KiB for `make bench-models`'
 models), the size the server's store reads and writes; the raw baselines use the same size.
 
-    python scripts/bench_storage.py --dir /mnt/nvme0/bench [--dir2 /mnt/nvme1/bench] --json out.json
-    python scripts/bench_storage.py --model models/qwen3-bench --size 256MiB
+    saria-bench-storage --dir /mnt/nvme0/bench [--dir2 /mnt/nvme1/bench] --json out.json
+    saria-bench-storage --model models/qwen3-bench --size 256MiB
 """
 
 from __future__ import annotations
@@ -33,11 +32,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from sglang_saria.mem_cache.ssd_order import SSDVictimOrder  # noqa: E402
-from sglang_saria.storage.buffers import aligned_empty  # noqa: E402
-from sglang_saria.storage.config import StoreConfig  # noqa: E402
-from sglang_saria.storage.store import SariaStore  # noqa: E402
+from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
+from sglang_saria.storage.buffers import aligned_empty
+from sglang_saria.storage.config import StoreConfig
+from sglang_saria.storage.store import SariaStore
 
 MiB = 1 << 20
 PAGE = 16  # tokens per stored page, as the servers here run (--page-size 16)
@@ -218,8 +216,7 @@ def object_size(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[
     if args.model is None:
         obj = parse_bytes(args.object or "4MiB", "--object")
         return obj, f"{_size_text(obj)} objects"
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from make_tiny_models import kv_geometry
+    from sglang_saria.tiny_models import kv_geometry
 
     try:
         geometry = kv_geometry(args.model)
@@ -236,7 +233,7 @@ def _size_text(nbytes: int) -> str:
 
 def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, int, int, str]:
     """The arguments, the bytes per phase, the object size and its description."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="saria-bench-storage", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default=None, help="bench directory on the SSD (default: a private temp dir under /tmp)")
     ap.add_argument("--dir2", default=None, help="second SSD for the striping run (default: --dir/second)")
     ap.add_argument("--size", default="1GiB", help="bytes per phase")
@@ -259,7 +256,7 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, int, int,
     return args, size, obj, described
 
 
-def main(argv: Optional[List[str]] = None) -> None:
+def main(argv: Optional[List[str]] = None) -> int:
     args, size, obj, described = parse_args(argv)
     base = args.dir or tempfile.mkdtemp(prefix="saria-bench-", dir="/tmp")
     os.makedirs(base, exist_ok=True)
@@ -328,7 +325,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             json.dump(summary, f, indent=2)
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,42 +1,38 @@
-#!/usr/bin/env python
-"""`auto` admission against every fixed policy, the write budget and the clairvoyant bound (issue 26).
+"""``saria-admission-budget``: `auto` admission against every fixed policy, the write budget and the clairvoyant bound.
 
 For each workload, model and modelled GPU speed, every policy replays the same sessions (same
 requests, same capacities; ``same_requests`` refuses anything else): ``auto``, ``auto`` with the
 end-of-session hints an agent would send (``end``) and with clairvoyant return hints (``next``),
 the fixed eviction thresholds, ``budget:<DWPD>`` and ``auto:<DWPD>`` at the same rating, full
-duplicate and the oracle bound. Then the issue's two checks, stated as met or unmet per setting:
+duplicate and the oracle bound. Then two checks, stated as met or unmet per setting:
 
 - budget: ``auto:<DWPD>`` writes within its window, with CHAR >= the best fixed threshold that
   stays within the same budget over the replayed days;
 - bound: where FD keeps CHAR >= 0.95, ``auto`` writes <= 1.5x the oracle at CHAR within 0.02 of FD's.
 
-    python scripts/admission_sweep.py --json docs/data/admission.json --plot docs/admission.png
-    python scripts/admission_sweep.py --sessions 40 --loads 6500 --models qwen3-8b   # a quick look
+    saria-admission-budget --json docs/data/admission.json --plot docs/admission.png
+    saria-admission-budget --sessions 40 --loads 6500 --models qwen3-8b   # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from fidelity_runs import md_table
-
 from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.loaders import load_trace, shared_dir
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.workload import apply_limits, session_starts
 from sglang_saria.units import SECONDS_PER_DAY
 
-SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-WORKLOADS = {"weka": f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}", "synthetic": "synthetic"}
+WORKLOADS = {"weka": f"weka:{shared_dir() / 'traces' / 'weka-cc'}", "synthetic": "synthetic"}
 FIXED = ("eviction:E1", "eviction:E2", "eviction:E3", "eviction:E5")
 # (policy, hints) in table order; budget policies are added per rating
 POLICIES = [("none", "none"), ("full-duplicate", "none"), *[(p, "none") for p in FIXED],
@@ -86,7 +82,7 @@ def _peak_window(log, window_s: float) -> float:
 
 
 def checks(rows: list[dict], dwpd: float) -> list[dict]:
-    """The issue's two checks per setting, met or unmet as measured."""
+    """The two checks per setting, met or unmet as measured."""
     out = []
     keys = sorted({(r["workload"], r["model"], r["prefill_tps"]) for r in rows})
     for key in keys:
@@ -150,7 +146,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="saria-admission-budget", description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default="weka,synthetic")
     p.add_argument("--models", default="qwen3.5-9b,qwen3-8b")
     p.add_argument("--loads", default="6500,20000", help="modelled GPU prefill tokens/s")

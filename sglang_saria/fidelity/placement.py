@@ -1,18 +1,17 @@
-#!/usr/bin/env python
 """Figure 10's WEKA hybrid rows under both GDN state placements: the paper's grid (a state every
 16,384 tokens, what docs/fidelity.md's other tables replay) and SGLang 0.5.23's (``"sglang"``: a
 state at each 8,192-token prefill chunk's end and at branching points; what a server keeps).
 
-For each placement: the anchor set by its rule (``fidelity.anchor_sessions``: the first K WEKA
+For each placement: the anchor set by its rule (``table.anchor_sessions``: the first K WEKA
 sessions, K the largest multiple of 10 whose full duplicate writes at most the paper's 4.59 C,
 scanning up from 10), every scanned K's full-duplicate writes kept as raw records; then DRAM-only,
 full duplicate and E3 (robust rule) of qwen3.5-9b on N sessions and on the anchor set at the paper's
-settings (``fidelity_runs.Setup``), and Figure 10's three ratios against the baselines of the same
+settings (``runs.Setup``), and Figure 10's three ratios against the baselines of the same
 placement and set, next to the paper's. ``--json`` keeps the raw metrics; ``--update-doc`` renders
 the table into docs/fidelity.md (``<!-- placement:table -->``); tests/replay/test_hybrid_placement_doc.py
 recomputes the anchors and the ratios from the raw records.
 
-    python scripts/hybrid_placement.py --sessions 350 --json docs/data/hybrid-placement.json \\
+    saria-hybrid-placement --sessions 350 --json docs/data/hybrid-placement.json \\
         --update-doc docs/fidelity.md
 """
 
@@ -23,8 +22,9 @@ import json
 import re
 import sys
 
-from fidelity import ANCHOR_STEP
-from fidelity_runs import PAPER_FD_WRITES_MAX_C, WEKA, Runner, Setup, md_table, rel_same
+from sglang_saria.fidelity.runs import PAPER_FD_WRITES_MAX_C, WEKA, Runner, Setup, rel_same
+from sglang_saria.fidelity.table import ANCHOR_STEP
+from sglang_saria.replay.report import md_table
 
 MODEL = "qwen3.5-9b"
 PLACEMENTS = ("grid", "sglang")
@@ -94,7 +94,7 @@ def update_doc(text: str, doc: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="saria-hybrid-placement", description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=350)
     p.add_argument("--json", dest="json_path", default=None)
     p.add_argument("--update-doc", default=None, metavar="MD")

@@ -1,13 +1,12 @@
 """What every fidelity figure shares: the workload paths, one replay setup (``Setup``), a runner
 that caches traces and results across figures (``Runner``) and one row of the table (``Row``).
 
-Split out of ``scripts/fidelity.py`` so the figure modules (``fidelity.py``, ``fidelity_figures.py``)
-build on one runner: a replay two figures share runs once.
+The figure modules (``table.py``, ``figures.py``, ``placement.py``) build on one runner: a replay two
+figures share runs once.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, replace
 
 from sglang_saria.config import (
@@ -20,12 +19,12 @@ from sglang_saria.config import (
 )
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.loaders import load_trace
+from sglang_saria.replay.loaders import load_trace, shared_dir
 from sglang_saria.replay.metrics import same_requests
+from sglang_saria.replay.report import md_table
 from sglang_saria.replay.workload import apply_limits, session_starts
 
-SHARED = os.environ.get("SARIA_SHARED_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-WEKA = f"weka:{os.path.join(SHARED, 'traces', 'weka-cc')}"
+WEKA = f"weka:{shared_dir() / 'traces' / 'weka-cc'}"
 MODELS = ("qwen3.5-9b", "qwen3-8b")
 NOMINAL_TPS = ReplaySettings.prefill_tokens_per_s  # paper 5.1: "advances at 6,500 computed prefill tokens/s"
 # Paper 5.2: on WEKA with Qwen3.5-9B, E3 "stays within the one-day write budget" (1 C) while
@@ -149,13 +148,6 @@ def rel_same(new: dict, base: dict, metric: str) -> float:
     """``rel`` of one metric of two policies' results, which must cover the same requests."""
     same_requests([new, base])
     return rel(new[metric], base[metric])
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table of already formatted cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
 
 
 def format_rows(rows: list[Row]) -> str:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Figure 10 on the real server: SSD writes against TTFT for every admission policy.
 
 WEKA Claude Code sessions (real traces, shortened to fit the model: `agents/weka_chat`)
@@ -24,7 +23,7 @@ against what was computed); the script fails if it reports a mismatch or any req
 The same sessions and capacities then go through the replay (`bench/fig10_replay.py`) at
 the prefill rate measured on the first `dram-only` server, and both orderings are compared.
 
-    python scripts/bench_fig10.py --model models/qwen3-tiny [--repeats 3] [--json out.json] [--plot fig.png]
+    saria-fig10 --model models/qwen3-tiny [--repeats 3] [--json out.json] [--plot fig.png]
 """
 
 from __future__ import annotations
@@ -41,11 +40,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from sglang_saria.bench import fig10_replay  # noqa: E402
-from sglang_saria.bench.configs import (  # noqa: E402
+from sglang_saria.bench import fig10_replay
+from sglang_saria.bench.configs import (
     DRAM_ONLY,
     HICACHE_FILE,
     BenchConfig,
@@ -64,12 +60,14 @@ from sglang_saria.bench.configs import (  # noqa: E402
     spread,
     to_json,
 )
-from sglang_saria.agents.weka_chat import AGENTS  # noqa: E402
-from sglang_saria.launcher import SGLangServer  # noqa: E402
+from sglang_saria.agents.weka_chat import AGENTS
+from sglang_saria.launcher import SGLangServer
+from sglang_saria.replay.loaders import shared_dir
+from sglang_saria.tiny_models import FULL_ATTENTION
 
 BUDGET = "budget"
 CONFIGS = (DRAM_ONLY, HICACHE_FILE, "full-duplicate", "eviction:E2", "eviction:E3", BUDGET, "auto")
-DEFAULT_TRACES = REPO.parent / "shared" / "traces" / "weka-cc"
+DEFAULT_TRACES = shared_dir() / "traces" / "weka-cc"
 
 
 @dataclass
@@ -104,7 +102,7 @@ def default_compute_threads() -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="saria-fig10", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, action="append", default=None,
                     help="model dir, repeatable (default models/qwen3-tiny; benchmarks: models/qwen3-bench, "
                          "models/qwen3.5-bench-hybrid from `make bench-models`)")
@@ -146,7 +144,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def check_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Errors that name the flag and its value."""
-    args.model = args.model or [REPO / "models" / "qwen3-tiny"]
+    args.model = args.model or [Path("models") / FULL_ATTENTION]
     for model in args.model:
         if not (model / "config.json").is_file():
             ap.error(f"--model {model}: no config.json there (build it: make models / make bench-models)")

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Radix-tree hot path: SGLang's Python TreeCore (used with `saria`) against its Rust TreeCore.
 
 With `--hicache-storage-backend saria`, `SariaRadixCache` selects the Python TreeCore (its subclass
@@ -31,22 +30,18 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
+from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator
+from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams
+from sglang.srt.mem_cache.cache_init_params import CacheInitParams
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool
+from sglang.srt.mem_cache.radix_cache import RadixKey
+from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
+from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sglang.srt.mem_cache.allocator import TokenToKVPoolAllocator  # noqa: E402
-from sglang.srt.mem_cache.base_prefix_cache import EvictParams, InsertParams, MatchPrefixParams  # noqa: E402
-from sglang.srt.mem_cache.cache_init_params import CacheInitParams  # noqa: E402
-from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, ReqToTokenPool  # noqa: E402
-from sglang.srt.mem_cache.radix_cache import RadixKey  # noqa: E402
-from sglang.srt.mem_cache.unified_cache.component_type import ComponentType  # noqa: E402
-from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache  # noqa: E402
-from sglang.srt.server_args import ServerArgs, set_global_server_args_for_scheduler  # noqa: E402
-
-from sglang_saria.model_specs import get_model_spec  # noqa: E402
+from sglang_saria.model_specs import get_model_spec
 
 CORES = ("python", "rust")
 OPS = ("match", "insert", "evict")
@@ -205,8 +200,8 @@ class StepModel:
         return (self.weights_bytes + kv) / self.hbm_bytes_per_s
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="saria-bench-tree", description=__doc__.splitlines()[0])
     ap.add_argument("--page-sizes", default="16,1")
     ap.add_argument("--sessions", type=int, default=300)
     ap.add_argument("--turns", type=int, default=2)
@@ -218,7 +213,7 @@ def main() -> int:
     ap.add_argument("--model", default="qwen3-8b", help="KV bytes per token of the step floor (model_specs)")
     ap.add_argument("--weights-gb", type=float, default=16.4, help="weights read per decode step (Qwen3-8B bf16)")
     ap.add_argument("--hbm-tbps", type=float, default=4.8, help="HBM bandwidth of the GPU (H200)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     for ps in (int(p) for p in args.page_sizes.split(",")):
         wl = make_workload(args.sessions, args.turns, args.system_tokens, ps, seed=0)
@@ -257,4 +252,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())
