@@ -1,9 +1,14 @@
 """`saria` HiCache storage backend: SGLang's L3 interface over SariaStore.
 
-Registered by the SGLang patch as name "saria" -> SariaStorage(storage_config,
-mem_pool_host). Serves the zero-copy v1 interface (pages read/written in place
-in the host pool), the v2 pool-transfer interface (MAMBA sidecar pages next to
-the KV pages), and the legacy get/set/batch_* calls.
+Registered through SGLang's storage backend registry (`plugin/storage.py`) as name "saria";
+HiCache's controller builds it, SariaStorage(storage_config, mem_pool_host), and registers its
+host pools. It does store I/O only, as SGLang's `HiCacheFile`: the zero-copy v1 interface
+(pages read/written in place in the host pool), the v2 pool-transfer interface (MAMBA sidecar
+pages next to the KV pages), the legacy get/set/batch_* calls, and the direct reload's reads,
+drops and victim-order reports. It parses the policy's sections of the extra config
+(`policy_config`) but builds nothing that decides: `SariaRadixCache` builds the policy, the rank
+agreement and the direct reload over this store (`runtime.build_runtime`), which hear of the
+store's removals and its close through `add_evict_listener` and `add_close_listener`.
 
 Each TP/PP/CP rank runs its own store in a rank subdirectory of every data dir
 (capacity is per rank); keys carry the model and page format so stores never
@@ -34,7 +39,6 @@ from sglang_saria import policy_names
 from sglang_saria.config import ConfigError, SariaConfig
 from sglang_saria.hicache.kv_audit import KVAudit
 from sglang_saria.hicache.metrics import SariaServingMetrics
-from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.store_identity import claim as claim_store
 from sglang_saria.hicache.store_identity import server_fingerprint
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
@@ -130,20 +134,14 @@ def check_extra_config(raw: Optional[str]) -> None:
     preflight(store_config, EXTRA_CONFIG_FLAG)
 
 
-def policy_of(storage_backend: Any) -> Optional[SariaHiCachePolicy]:
-    """The admission policy of a saria backend; None for any other backend (or none):
-    HiCache then writes every host page through, as without saria."""
-    return storage_backend.policy if isinstance(storage_backend, SariaStorage) else None
-
-
 class SariaStorage(HiCacheStorage):
     def __init__(
         self,
         storage_config: HiCacheStorageConfig,
         mem_pool_host: Any = None,
     ) -> None:
+        # The policy's config rides in the same extra config; `runtime.build_runtime` builds the policy.
         self.store_config, self.policy_config = configs_from_extra(storage_config.extra_config)
-        self.policy: Optional[SariaHiCachePolicy] = None  # set once the host pool is registered
         # Set by the radix cache when SGLANG_SARIA_AUDIT_KV=1: checks every page this store moves.
         self.kv_audit: Optional[KVAudit] = None
         if storage_config.is_mla_model and storage_config.tp_size > 1:
@@ -160,6 +158,7 @@ class SariaStorage(HiCacheStorage):
         self.mem_pool_host = None
         self.store: Optional[SariaStore] = None
         self._evict_listeners: List[Callable[[List[Tuple[str, str]]], None]] = []
+        self._close_listeners: List[Callable[[], None]] = []
         self._io_log: Dict[str, List[float]] = {
             "prefetch_pgs": [],
             "backup_pgs": [],
@@ -208,26 +207,15 @@ class SariaStorage(HiCacheStorage):
         if self.store is None:
             view = self._views[PoolName.KV.value]
             self._open_store(view.page_bytes, int(mem_pool_host.get_size_per_token()))
-        # The radix cache (`SariaRadixCache`) asks this policy instead of writing every host page through.
-        self.policy = SariaHiCachePolicy(
-            self.policy_config,
-            int(mem_pool_host.page_size),
-            self.exists,
-            page_bytes=self._views[PoolName.KV.value].page_bytes,
-            ssd_capacity_bytes=self.store.capacity_bytes,
-            hybrid=PoolName.MAMBA.value in self.registered_pools,
-        )
-        # A lost SSD copy spends the evictions that admitted it (robust rule).
-        policy = self.policy
-        policy.on_ssd_read = self.touch_pages  # reloads straight to the device report their pages here
-        policy.on_ssd_demote = self.demote_pages  # an ended session's stored pages go first (agents' hints)
-        self.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == PoolName.KV.value))
 
     def register_mem_host_pool_v2(self, host_pool: Any, host_pool_name: Any) -> None:
         self.registered_pools[str(host_pool_name)] = host_pool
         self._register_view(str(host_pool_name), host_pool)
-        if str(host_pool_name) == PoolName.MAMBA.value and self.policy is not None:
-            self.policy.view.hybrid = True  # writes start at nodes holding a Mamba checkpoint
+
+    @property
+    def hybrid(self) -> bool:
+        """Whether a MAMBA host pool is registered (GDN checkpoints stored next to the KV pages)."""
+        return PoolName.MAMBA.value in self.registered_pools
 
     def _register_view(self, name: str, pool: Any) -> None:
         view = HostPageView(pool)
@@ -258,6 +246,11 @@ class SariaStorage(HiCacheStorage):
         The rank agreement uses this to keep the ranks' common SSD view true.
         """
         self._evict_listeners.append(listener)
+
+    def add_close_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` before the store closes (detach, shutdown): what it hands the store
+        then (the policy's last counters) goes in the store's last commit."""
+        self._close_listeners.append(listener)
 
     def _on_store_evict(self, skeys: List[str]) -> None:
         pairs = [self.split_storage_key(k) for k in skeys]
@@ -497,8 +490,8 @@ class SariaStorage(HiCacheStorage):
 
     def close(self) -> None:
         if self.store is not None:
-            if self.policy is not None:
-                self.policy.end_step()  # counters changed since the last step go in the store's last commit
+            for listener in self._close_listeners:
+                listener()
             self.store.close()
             self.store = None
             self._claim.release()

@@ -10,8 +10,8 @@ before a restart would need two more evictions after it.
   committer writes them in its next index commit: the same transaction and sync as the pages'
   rows. Nothing waits for the disk here. About once a minute a save also carries the window's
   start, and rows unused for a whole window leave the index.
-- restore (`restore_counters`, once per policy, where the policy is connected:
-  `rank_agreement.connect_agreement`, the same point on every rank): rows used within
+- restore (`restore_counters`, once per policy, where the runtime is built: `runtime.build_runtime`,
+  the same point on every rank): rows used within
   ``metadata.metadata_window_s`` come back as counters (``t_reuse`` as an age on the policy's
   clock); older ones are dropped from the index. With several attention ranks each rank's
   store holds the rows its own saves wrote (the same decisions, but a rank killed between two
@@ -109,9 +109,7 @@ def restore_counters(policy: Any, backend: Any, agreement: Any = None) -> Option
     if restored or expired:
         logger.info("saria: %d page counters restored from the store (last used within %.0f s), %d older dropped",
                     restored, window, expired)
-    log = CounterLog(store, scope, policy.metadata, policy.clock, window)
-    policy.counter_log = log
-    return log
+    return CounterLog(store, scope, policy.metadata, policy.clock, window)
 
 
 def agree_rows(agreement: Any, rows: list[Row]) -> list[Row]:

@@ -24,10 +24,10 @@ what it dropped: `on_store_evict`), and total writes stay within the pages compu
 
 Counters live in the core's `ContextMetadata`, keyed by SGLang's page hash, so a page
 that returns after eviction keeps its history (and after a restart: `counter_log.py` keeps them
-with the store, saved at each `end_step`); a node's decisions read its last page's.
+with the store, saved at each step by `SariaRuntime.end_step`); a node's decisions read its last page's.
 Locations are not copied here: DRAM is the tree's `host_value`, SSD is the store's index, so
 nothing can drift. With tensor parallelism, `on_ssd` and `clock` are the ranks' agreed SSD view
-and step clock (`rank_agreement.py`, wired by `SariaRadixCache`), so every rank decides the same.
+and step clock (`rank_agreement.py`), given at construction (`runtime.py`), so every rank decides the same.
 """
 
 from __future__ import annotations
@@ -81,7 +81,14 @@ class SariaHiCachePolicy:
         ssd_capacity_bytes: int = 0,
         clock: Callable[[], float] = time.monotonic,
         hybrid: bool = False,
+        on_ssd_read: Callable[[Sequence[str]], None] | None = None,
+        on_ssd_demote: Callable[[Sequence[str]], None] | None = None,
     ) -> None:
+        """``on_ssd(page hash)`` and ``clock()``: the SSD view and the clock every decision reads (with
+        several ranks, their agreed ones: ``rank_agreement.py``); ``on_ssd_read(hashes)``: told the
+        pages an SSD reload read (the store's victim order); ``on_ssd_demote(hashes)``: told an ended
+        session's pages (agents' hints: the store's first victims); ``hybrid``: writes start at nodes
+        holding a Mamba checkpoint."""
         self.config = config
         # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
         self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
@@ -97,31 +104,17 @@ class SariaHiCachePolicy:
         self._requests_seen: OrderedDict[str, None] = OrderedDict()
         self._deferred: set[str] = set()  # nodes (last page hash) whose reclaim waits for a write
         self._lost: deque[str] = deque()  # page hashes the store dropped (any thread), applied at the next event
-        self._local_losses = True  # False once the ranks agree on removals (use_agreement)
         self._metrics = SariaServingMetrics.get()
-        # the store's SSD victim order hears of reloads here (set by the backend: `touch_pages`)
-        self.on_ssd_read: Callable[[Sequence[str]], None] | None = None
-        # an ended session's SSD copies become the store's first victims (set by the backend: `demote_pages`)
-        self.on_ssd_demote: Callable[[Sequence[str]], None] | None = None
-        # keeps the counters with the store across restarts (counter_log.py; set by restore_counters)
-        self.counter_log: Any = None
+        self.on_ssd_read = on_ssd_read
+        self.on_ssd_demote = on_ssd_demote
 
-    # The view reads these; the rank agreement swaps them for agreed ones.
     @property
     def on_ssd(self) -> Callable[[str], bool]:
         return self.view.on_ssd
 
-    @on_ssd.setter
-    def on_ssd(self, on_ssd: Callable[[str], bool]) -> None:
-        self.view.on_ssd = on_ssd
-
     @property
     def clock(self) -> Callable[[], float]:
         return self.view.clock
-
-    @clock.setter
-    def clock(self, clock: Callable[[], float]) -> None:
-        self.view.clock = clock
 
     @property
     def writes_ssd(self) -> bool:
@@ -175,17 +168,10 @@ class SariaHiCachePolicy:
 
     # ------------------------------------------------------------------ events
     def on_store_evict(self, page_hashes: Iterable[str]) -> None:
-        """This rank's store dropped these pages (evicted for space, failed checksum), from any thread."""
-        if self._local_losses:
-            self._lost.extend(page_hashes)
-
-    def use_agreement(self, on_ssd: Callable[[str], bool], clock: Callable[[], float]) -> Callable[[Iterable[str]], None]:
-        """Several ranks: decide on their agreed SSD view and step clock (``rank_agreement.py``), and on
-        the removals they agreed; returns the callback those removals go to (this rank's own store
-        removals are ignored from now: another rank's store did not see them)."""
-        self.on_ssd, self.clock = on_ssd, clock
-        self._local_losses = False
-        return self._lost.extend
+        """The store dropped these pages (evicted for space, failed checksum), from any thread; applied
+        at the next event. With several ranks: the removals they agreed (``RankAgreement.on_removed``),
+        never one rank's own, which another rank's store did not see."""
+        self._lost.extend(page_hashes)
 
     def on_request_match(self, request_id: str, tree_core: Any, node_id: int) -> list[int]:
         """A request matched the path ending at ``node_id``: count its reuse once.
@@ -345,11 +331,6 @@ class SariaHiCachePolicy:
                 yield counters, bool(loc and loc & SSD), len(leaf.hash_value or ())
 
         return promotion.promotion_set(self.clock(), reused, in_dram, [1] * pages, free, head(), self.sequencer.robust)
-
-    def end_step(self) -> None:
-        """Once per scheduler step: the counters changed since the last one go to the store."""
-        if self.counter_log is not None:
-            self.counter_log.save()
 
     def _count_eviction(self, hashes: Sequence[str]) -> None:
         now = self.clock()

@@ -36,7 +36,9 @@ so every decision that changes the tree is the same on every rank.
 
 A reload's states (deferred, running, published, released, abandoned) are
 `reload/pending.py`'s; this class executes them on SGLang's tree and pools (its
-`ReloadHost` methods). Its reloader, worker and pacer come from `reload_setup.py`.
+`ReloadHost` methods). Its policy, rank agreement, reloader, worker and pacer are the saria
+runtime's (`runtime.py`), built once SGLang has built the storage backend and again, whole,
+when a runtime attach or detach changes it.
 """
 
 from __future__ import annotations
@@ -61,9 +63,7 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
-from sglang_saria.hicache.backend import policy_of
 from sglang_saria.hicache.follow import Follower, resume
-from sglang_saria.hicache.backend_follow import follow_backend
 from sglang_saria.hicache.hints_intake import HintsIntakeMixin
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder
 from sglang_saria.hicache.kv_audit import KVAudit, install_kv_audit
@@ -71,10 +71,11 @@ from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
 from sglang_saria.hicache.load_signal import LoadSignalMixin
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy
-from sglang_saria.hicache.rank_agreement import RankAgreement, attention_groups, connect_agreement, worker_agreement
+from sglang_saria.hicache.rank_agreement import RankAgreement
 from sglang_saria.hicache.reload_holds import Hold, ReloadHolds, decode_reserve, reload_demands
-from sglang_saria.hicache.reload_setup import DirectReload, WorkerHooks, build_direct_reload
+from sglang_saria.hicache.reload_setup import DirectReload
 from sglang_saria.hicache.reload_report import audit_reload, report_reload
+from sglang_saria.hicache.runtime import SariaRuntime, build_runtime
 from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.tree_core import NAME as SARIA_TREE_CORE
 from sglang_saria.hicache.unit_eviction import evict_host_units
@@ -89,6 +90,10 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
     """UnifiedRadixCache whose storage hits go SSD -> device pool, not SSD -> host -> device,
     read by a worker thread while the request waits in the queue."""
 
+    # The policy, agreement and direct reload over the saria backend (`runtime.py`): built by
+    # `init_hicache` once SGLang has built the backend, again whole when the backend changes.
+    _runtime: Optional[SariaRuntime] = None
+
     def __init__(self, params: Any) -> None:
         params.tree_core_backend = SARIA_TREE_CORE  # the Python core with a host eviction gate
         super().__init__(params)
@@ -99,77 +104,62 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # request id -> (node ending the promoted share, its tokens), copied after prefill
         self._promotions: dict[str, tuple[NodeId, int]] = {}
         self._holds = ReloadHolds()  # published tails, locked until their request's prefill
-        self._direct: Optional[DirectReload] = None  # built by `init_hicache` where it can run
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
         self._audited_state: tuple = ()
         # Installed once the storage backend is attached (after this constructor).
         self._kv_audit: Optional[KVAudit] = None
         self._kv_audit_pending = kv_audit_enabled()
         self._writes_in_flight = 0
-        # Multi-rank: the policy's SSD view and clock, agreed by all attention ranks.
-        self._agreement: Optional[RankAgreement] = None
-        self._agreed_policy: Any = None  # the policy the agreement was made for
-        self._connect_agreement()
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
         return getattr(self.cache_controller, "storage_backend", None)
 
     def _policy(self) -> Optional[SariaHiCachePolicy]:
-        return policy_of(self._backend())
+        """The runtime's admission policy; None without a saria backend (HiCache writes every host page through)."""
+        return None if self._runtime is None else self._runtime.policy
+
+    @property
+    def _agreement(self) -> Optional[RankAgreement]:
+        """The ranks' agreement on the policy's inputs; None on one rank or without a saria backend."""
+        return None if self._runtime is None else self._runtime.agreement
+
+    @property
+    def _direct(self) -> Optional[DirectReload]:
+        """The direct reload; None where it cannot run (storage hits go through HiCache's prefetch)."""
+        return None if self._runtime is None else self._runtime.direct
 
     def init_hicache(self, server_args: Any, params: Any) -> None:
-        """HiCache's controller and the storage backend are up: build the direct reload once
-        (the same point on every rank: the worker's agreement creates process groups)."""
+        """HiCache's controller and the storage backend are up: build the saria runtime over it."""
         super().init_hicache(server_args, params)
-        self._direct = self._build_direct()
+        self._build_runtime()
 
     def attach_storage_backend(self, *args: Any, **kwargs: Any) -> tuple[bool, str]:
-        """Runtime attach/detach (admin API, idle scheduler, every rank): a new backend gets its
-        own direct reload (`backend_follow.py`); the same one attached again, new policies only."""
+        """Runtime attach (admin API, idle scheduler, every rank): a new backend gets a new runtime."""
         before = self._backend()
         result = super().attach_storage_backend(*args, **kwargs)
         if self._backend() is not before:
-            self._follow_backend()
+            self._build_runtime()
         return result
 
     def detach_storage_backend(self) -> tuple[bool, str]:
         result = super().detach_storage_backend()
-        self._follow_backend()
+        self._build_runtime()
         return result
 
-    def _follow_backend(self) -> None:
+    def _build_runtime(self) -> None:
+        """The runtime over the backend SGLang holds now (`runtime.build_runtime`), replacing the
+        old one, whose reload worker ends. Runs where every rank runs it (`init_hicache`, the admin
+        API's attach and detach, with the scheduler idle): the build is a collective."""
         self._reloads.reset()  # none in flight: the scheduler is idle
-        self._direct = follow_backend(self._direct, self._build_direct(), self._backend(), self._kv_audit, self.tree_core)
-
-    def _build_direct(self) -> Optional[DirectReload]:
-        """Direct reload runs with a saria backend, a FULL or FULL + MAMBA (hybrid) tree and
-        row-addressable pools (`reload_setup.py`); None leaves storage hits to HiCache."""
-        backend = self._backend()
-        policy = policy_of(backend)
-        if not getattr(self, "enable_storage", False) or policy is None or not policy.config.transfer.direct_reload:
-            return None
-        hooks = WorkerHooks(
-            lambda: worker_agreement(attention_groups(self)), backend.drop_failed_pages, backend.drop_failed_state
-        )
-        return build_direct_reload(self, backend, policy.config, hooks)
-
-    def _connect_agreement(self) -> None:
-        """Give the storage backend's policy rank-agreed inputs (rank_agreement.py): its
-        decisions change the tree, which must stay the same on every rank. Runs where every
-        rank runs it (construction, each step's `check_hicache_events`); the agreement is made
-        once per policy (a backend attached at run time brings a new one). One rank: nothing."""
-        backend = self._backend()
-        policy = policy_of(backend)
-        if policy is self._agreed_policy:
-            return
-        self._agreed_policy = policy
-        self._agreement = None if policy is None else connect_agreement(backend, policy, attention_groups(self))
+        if self._runtime is not None:
+            self._runtime.close()
+        self._runtime = build_runtime(self, self._backend(), self._kv_audit)
 
     def step_clock(self) -> float:
         """The clock of decisions that change the tree (reload deadlines): the agreed step clock
         on several ranks, the monotonic clock on one."""
-        return self._agreement.clock() if self._agreement is not None else time.monotonic()
+        return self._runtime.clock() if self._runtime is not None else time.monotonic()
 
     # ------------------------------------------------------------------ admission: the cache's write points
     def write_backup_storage(self, node_id: NodeId) -> None:
@@ -650,9 +640,8 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if self._kv_audit_pending:  # the first step, before any page moves
             self._kv_audit_pending = False
             self._kv_audit = install_kv_audit(self.cache_controller, self._backend(), self._metrics.kv_audited)
-        self._connect_agreement()
-        if self._agreement is not None:
-            self._agreement.step()
+        if self._runtime is not None:
+            self._runtime.step()
         for rid, hold in self._holds.expired(self.step_clock()):
             self._unhold(hold, rid)  # evictable now: a request ahead of it in the queue may need the room
         if self._direct is not None:
@@ -661,8 +650,8 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             self._reloads.resume_reprobes()
             self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
         super().check_hicache_events()
-        if self._agreed_policy is not None:
-            self._agreed_policy.end_step()  # counters changed since the last step go to the store
+        if self._runtime is not None:
+            self._runtime.end_step()  # counters changed since the last step go to the store
         if len(self.ongoing_backup) != self._writes_in_flight:
             self._writes_in_flight = len(self.ongoing_backup)
             self._metrics.storage_writes_in_flight(self._writes_in_flight)

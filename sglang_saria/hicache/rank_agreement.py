@@ -40,12 +40,8 @@ from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-from sglang.srt.mem_cache.hicache_storage import PoolName
 
-from sglang_saria.hicache.counter_log import restore_counters
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
-from sglang_saria.mem_cache.budget import WriteBudgetController
-from sglang_saria.units import SECONDS_PER_HOUR
+from sglang_saria.hicache.policy import page_key
 
 logger = logging.getLogger(__name__)
 
@@ -202,43 +198,6 @@ def attention_groups(cache: Any) -> list[Any]:
     if not groups and cache.tp_world_size > 1:
         groups = [cache.tp_group]
     return groups
-
-
-def connect_agreement(backend: Any, policy: SariaHiCachePolicy, groups: Sequence[Any]) -> Optional[RankAgreement]:
-    """With ``groups``, a `RankAgreement` over them (a collective) that ``policy`` decides on
-    from now, fed by the backend's store removals; None on one rank. Either way the policy's
-    write budget starts with what the store wrote before (`seed_write_budget`), and its counters
-    with those the store kept (`counter_log.restore_counters`), saved there from now on."""
-    agreement = None
-    if groups:
-        agreement = RankAgreement(backend.exists, backend.kv_page_hashes, groups)
-        backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == PoolName.KV.value]))
-        agreement.on_removed = policy.use_agreement(agreement.on_ssd, agreement.clock)
-        logger.info(
-            "saria: admission and promotion decide on rank-agreed inputs (step clock, SSD view of "
-            "%d pages on every store) over %d process group(s)", agreement.agreed_pages, len(groups),
-        )
-    seed_write_budget(policy, backend.store, agreement)
-    restore_counters(policy, backend, agreement)  # the counters kept by earlier runs, agreed by the ranks
-    return agreement
-
-
-def seed_write_budget(policy: SariaHiCachePolicy, store: Any, agreement: Optional[RankAgreement]) -> None:
-    """A ``budget:<DWPD>`` window starts with the bytes the store wrote within it before this
-    process (persisted per hour), so restarts do not refill the day's budget. Whole hours
-    ago, agreed (MAX) by the ranks: their controllers decide the same."""
-    if not isinstance(policy.admission, WriteBudgetController):
-        return
-    window_s = policy.admission.params.window_s
-    hours_ago = [0] * (int(window_s // SECONDS_PER_HOUR) + 1)
-    for age, nbytes in store.recent_writes(window_s):
-        hours_ago[min(len(hours_ago) - 1, int(age // SECONDS_PER_HOUR))] += nbytes
-    if agreement is not None:
-        hours_ago = agreement.max_over_ranks(hours_ago)
-    policy.seed_budget([(k * SECONDS_PER_HOUR, b) for k, b in reversed(list(enumerate(hours_ago))) if b])
-    if any(hours_ago):
-        logger.info("saria: budget:<DWPD> window starts with %.1f MiB written by earlier runs (%.0f%% of its budget left)",
-                    sum(hours_ago) / (1 << 20), 100 * policy.admission.fill)
 
 
 def worker_agreement(groups: Sequence[Any]) -> Callable[[int], int]:

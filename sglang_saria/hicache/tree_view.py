@@ -23,7 +23,7 @@ _ORDERED_TTL_S = 120.0  # an ordered write not in the index after this long fail
 
 
 class TreeTierView:
-    """``TierView`` over SGLang tree nodes; ``on_ssd`` and ``clock`` may be swapped for rank-agreed ones."""
+    """``TierView`` over SGLang tree nodes; ``on_ssd`` and ``clock`` are the store's or the ranks' agreed ones."""
 
     def __init__(self, metadata: ContextMetadata, page_size: int, page_bytes: int, ssd_capacity_bytes: int,
                  on_ssd: Callable[[str], bool], clock: Callable[[], float] = time.monotonic,

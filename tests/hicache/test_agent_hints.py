@@ -60,10 +60,11 @@ def test_valid_hints_reach_the_scheduler_through_custom_params_beside_the_client
     assert hint_of(None) is None and hint_of({"other": 1}) is None
 
 
-def auto_policy(stored: set[str] | None = None) -> SariaHiCachePolicy:
+def auto_policy(stored: set[str] | None = None, demoted: list[str] | None = None) -> SariaHiCachePolicy:
     config = SariaConfig.from_dict({"admission": {"policy": "auto", "auto_spend_backlog_s": 0.5}})
     on_ssd = (stored if stored is not None else set()).__contains__
-    return SariaHiCachePolicy(config, page_size=16, on_ssd=on_ssd, clock=lambda: 100.0)
+    on_ssd_demote = None if demoted is None else demoted.extend
+    return SariaHiCachePolicy(config, page_size=16, on_ssd=on_ssd, clock=lambda: 100.0, on_ssd_demote=on_ssd_demote)
 
 
 def loaded(policy: SariaHiCachePolicy) -> SariaHiCachePolicy:
@@ -73,8 +74,8 @@ def loaded(policy: SariaHiCachePolicy) -> SariaHiCachePolicy:
 
 
 def test_an_ended_sessions_node_is_not_written_even_when_a_loaded_auto_would():
-    policy, demoted = loaded(auto_policy()), []
-    policy.on_ssd_demote = demoted.extend
+    demoted: list[str] = []
+    policy = loaded(auto_policy(demoted=demoted))
     tree, node = one_node()
     assert not insert(policy, tree, node)  # computed, written through to host: not written at insert
     apply_hint(policy, SessionPaths(1 << 20), AgentHint("s", end=True), PAGES)
@@ -109,8 +110,8 @@ def test_a_returning_sessions_node_is_written_at_its_first_eviction_while_idle()
 
 
 def test_an_end_covers_the_sessions_earlier_hinted_branch_and_sessions_are_bounded():
-    policy, demoted = auto_policy(), []
-    policy.on_ssd_demote = demoted.extend
+    demoted: list[str] = []
+    policy = auto_policy(demoted=demoted)
     sessions = SessionPaths(2 * entry_bytes("a", ("p",)))
     apply_hint(policy, sessions, AgentHint("s"), ["a0", "b1"])  # a turn on a branch, only registered
     assert policy.hints.counts == {"end": 0, "expect_return": 0, "dropped": 0, "skipped_writes": 0, "hinted_writes": 0}
@@ -183,8 +184,8 @@ class _Req:
 
 
 def test_a_released_requests_hint_applies_to_its_whole_path_from_the_root():
-    policy, demoted = auto_policy(), []
-    policy.on_ssd_demote = demoted.extend
+    demoted: list[str] = []
+    policy = auto_policy(demoted=demoted)
     tree = _TreeCore()
     system = tree.add(1, ["a" * 64], tree.add(0, [], None))
     turn = tree.add(2, ["b" * 64, "c" * 64], system)

@@ -32,9 +32,9 @@ class Backend:
         return key + SCOPE
 
 
-def make_policy(window_s: float = 7200.0) -> SariaHiCachePolicy:
+def make_policy(window_s: float = 7200.0, on_ssd=lambda h: False, clock=lambda: 100.0) -> SariaHiCachePolicy:
     config = SariaConfig.from_dict({"admission": {"policy": "eviction:E2"}, "metadata": {"metadata_window_s": window_s}})
-    return SariaHiCachePolicy(config, page_size=16, on_ssd=lambda h: False, clock=lambda: 100.0)
+    return SariaHiCachePolicy(config, page_size=16, on_ssd=on_ssd, clock=clock)
 
 
 def first_run(make_store) -> SariaStore:
@@ -42,11 +42,11 @@ def first_run(make_store) -> SariaStore:
     not admitted under E2), its counters saved at the step's end and made durable."""
     store = make_store()
     policy = make_policy()
-    restore_counters(policy, Backend(store))
+    log = restore_counters(policy, Backend(store))
     tree, node = one_node()
     assert not insert(policy, tree, node)
     assert evict(policy, node)  # E = 1: reclaimed without a write
-    policy.end_step()
+    log.save()
     store.flush()
     store.close()
     return store
@@ -76,12 +76,12 @@ def test_without_restored_counters_the_same_eviction_is_not_admitted(make_store)
 def test_counters_older_than_the_window_are_dropped_at_restart(make_store):
     store = make_store()
     policy = make_policy()
-    restore_counters(policy, Backend(store))
+    log = restore_counters(policy, Backend(store))
     tree, node = one_node()
     insert(policy, tree, node)
     evict(policy, node)
     policy.metadata.get(page_key(PAGES[0])).t_reuse = 100.0 - 600.0  # last used 10 minutes ago
-    policy.end_step()
+    log.save()
     store.flush()
     store.close()
     again = make_store(config=store.config)
@@ -128,8 +128,7 @@ def _rank(rank: int, init: str, root: str) -> None:
     rows = [CounterRow(a, 2, 2, 0, now - 5)] if rank == 0 else [CounterRow(a, 1, 1, 0, now - 50), CounterRow(b, 1, 1, 0, now)]
     store.save_counters(SCOPE, rows).result(timeout=30)
     agreement = RankAgreement(lambda h: False, lambda: [], [dist.group.WORLD])
-    policy = make_policy()
-    policy.on_ssd, policy.clock = agreement.on_ssd, agreement.clock
+    policy = make_policy(on_ssd=agreement.on_ssd, clock=agreement.clock)
     restore_counters(policy, Backend(store), agreement)
     restored = {str(k): [n.R, n.E, n.e_spent] for k, n in policy.metadata.nodes.items()}
     ages = {k: agreement.clock() - n.t_reuse for k, n in policy.metadata.nodes.items()}

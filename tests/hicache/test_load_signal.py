@@ -153,8 +153,10 @@ class _Cache(LoadSignalMixin, _Base):
         return self.policy
 
 
-def _policy(name: str, clock: list[float], tau_s: float = 1.0) -> SariaHiCachePolicy:
+def _policy(name: str, clock: list[float], tau_s: float = 1.0, agreement=None) -> SariaHiCachePolicy:
     config = SariaConfig.from_dict({"admission": {"policy": name, "auto_spend_backlog_s": 0.5, "auto_tau_s": tau_s}})
+    if agreement is not None:  # as `runtime.saria_policy` builds it on several ranks
+        return SariaHiCachePolicy(config, page_size=16, on_ssd=agreement.on_ssd, clock=agreement.clock)
     return SariaHiCachePolicy(config, page_size=16, on_ssd=lambda h: False, clock=lambda: clock[0])
 
 
@@ -243,8 +245,7 @@ def test_every_rank_reads_the_largest_load_of_the_ranks(monkeypatch):
 
     monkeypatch.setattr(rank_agreement.dist, "all_reduce", all_reduce)
     agreement = rank_agreement.RankAgreement(lambda h: False, lambda: [], ["group"])
-    policy = _policy("auto", [100.0], tau_s=1e-9)  # no smoothing: the step's value decides
-    policy.use_agreement(agreement.on_ssd, agreement.clock)  # as connect_agreement wires it
+    policy = _policy("auto", [100.0], tau_s=1e-9, agreement=agreement)  # no smoothing: the step's value decides
     cache = _Cache(policy)
     cache._agreement = agreement
     inquirer = Inquirer(waiting=waiting(6500))  # 1 s queued on this rank

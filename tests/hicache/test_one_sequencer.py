@@ -260,6 +260,7 @@ def test_same_reads_and_writes_give_the_same_ssd_victims(tmp_path):
     import torch
 
     from sglang_saria.hicache.backend import SariaStorage
+    from sglang_saria.hicache.runtime import saria_policy
     from sglang_saria.mem_cache.metadata import SSD as SSD_BIT
     from tests.mem_cache.helpers import make_core
     from tests.hicache.sglang_pools import fill_random, mha_host_pool, pages, storage_config
@@ -269,6 +270,7 @@ def test_same_reads_and_writes_give_the_same_ssd_victims(tmp_path):
     page_bytes = pool.get_data_page(0, flat=True).view(torch.uint8).numel()
     backend = SariaStorage(storage_config({"data_dirs": [str(tmp_path / "ssd")], "capacity": str(6 * page_bytes)}),
                            pool)
+    policy = saria_policy(backend, None)  # as the server's runtime builds it on one rank
     lost: list[str] = []
     backend.add_evict_listener(lambda pairs: lost.extend(h for h, _ in pairs))
     core = make_core("full-duplicate", dram_blocks=2, ssd_blocks=6)
@@ -285,7 +287,7 @@ def test_same_reads_and_writes_give_the_same_ssd_victims(tmp_path):
             for k in ssd_hits:  # the direct reload: one read per page, head first, then its report
                 assert backend.read_page_async(h(k), buf).result().ok
             if ssd_hits:
-                backend.policy.on_ssd_reload([h(k) for k in ssd_hits])
+                policy.on_ssd_reload([h(k) for k in ssd_hits])
             a2 = core.finish_request(keys, plan, float(t))
             for k in a1.ssd_writes + a2.ssd_writes:  # HiCache backs up node by node, in the order decided
                 assert backend.batch_set_v1([h(k)], pages(pool, k, 1)) == [True]

@@ -199,13 +199,17 @@ class Rank:
         # rule "paper": no cap on admitted pages, so decisions keep coming through the run
         admission = {"policy": "combined:E2R2", "rule": "paper", "prewrite_depth_blocks": 4}
         config = SariaConfig.from_dict({"admission": admission})
+        # Wired as `runtime.saria_policy` wires it: agreed inputs and removals with the agreement.
         self.agreement: Optional[RankAgreement] = None
-        self.policy = SariaHiCachePolicy(config, page_size=16, on_ssd=self.store.exists, page_bytes=PAGE_BYTES)
-        self.store.on_evict = self.policy.on_store_evict
         if agreed:
             self.agreement = RankAgreement(self.store.exists, self.store.keys, [dist.group.WORLD])
+            self.policy = SariaHiCachePolicy(config, page_size=16, on_ssd=self.agreement.on_ssd,
+                                             page_bytes=PAGE_BYTES, clock=self.agreement.clock)
             self.store.on_evict = self.agreement.evicted
-            self.agreement.on_removed = self.policy.use_agreement(self.agreement.on_ssd, self.agreement.clock)
+            self.agreement.on_removed = self.policy.on_store_evict
+        else:
+            self.policy = SariaHiCachePolicy(config, page_size=16, on_ssd=self.store.exists, page_bytes=PAGE_BYTES)
+            self.store.on_evict = self.policy.on_store_evict
         self.promotion = PromotionController("saria", 0.4, P_TAU_S, 1.0)
         self.backup = BackupThread(self.store, lag_s if rank == 1 else 0.0)
         self.issued: list[int] = []  # node of each write operation, in issue order

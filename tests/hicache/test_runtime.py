@@ -1,7 +1,8 @@
-"""Runtime attach/detach of the storage backend, without a server: which attach requests are
-refused (`plugin/storage.py`), and what `SariaRadixCache` redoes when its backend changes (the old
-direct reload's worker ends, the KV audit follows the new store and its log, the new
-policy counts the pages the tree already holds in host memory). The e2e version is
+"""The saria runtime (`runtime.py`) and runtime attach/detach, without a server: which attach
+requests are refused (`plugin/storage.py`), what `build_runtime` hands each part over a backend
+(launch and runtime attach alike: the policy counts the pages the tree already holds in host
+memory, the KV audit follows the store and its log, store removals and reloads reach the policy and
+the store), and that a replaced runtime's reload worker ends. The e2e version is
 tests/e2e/test_runtime_attach.py."""
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ import pytest
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.backend import SariaStorage
-from sglang_saria.hicache.backend_follow import follow_backend
 from sglang_saria.hicache.kv_audit import LOG_NAME, SSD_TO_DEVICE, attach_audit
 from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.runtime import SariaRuntime, build_runtime
 from sglang_saria.hicache.runtime_attach import attach_refusal, names_saria
 from sglang_saria.reload.device import DeviceReloader
 from tests.hicache.sglang_pools import PAGE, fill_random, mha_pools, pages, storage_config
@@ -127,6 +128,48 @@ class TreeCore:
     root_node: Node
 
 
+@dataclass
+class OneRankCache:
+    """What `build_runtime` reads of `SariaRadixCache` on one rank, storage not yet enabled (no direct reload)."""
+
+    tree_core: TreeCore
+    attn_cp_group: None = None
+    attn_tp_group: None = None
+    tp_group: None = None
+    tp_world_size: int = 1
+    enable_storage: bool = False
+
+
+def test_no_runtime_without_a_saria_backend():
+    cache = OneRankCache(TreeCore(Node([], False)))
+    assert build_runtime(cache, None, None) is None
+
+    class FileBackend:
+        pass
+
+    assert build_runtime(cache, FileBackend(), kv_audit(mha_pools("layer_first")[1], Counts())) is None
+
+
+def test_a_runtime_over_an_attached_backend_counts_host_pages_follows_the_audit_and_hears_the_store(two_stores):
+    device, host, first, second = two_stores
+    tree = TreeCore(Node([], False, {1: Node(["a1"], True), 2: Node(["b1"], False)}))
+    audit = kv_audit(host, Counts(), log_dir=first.store.config.data_dirs[0])
+    runtime = build_runtime(OneRankCache(tree), second, audit)
+    policy = runtime.policy
+    assert runtime.agreement is None and runtime.direct is None and second.kv_audit is audit
+    assert [policy.metadata.get(page_key(h)) is not None for h in ("a1", "b1")] == [True, False]  # host pages only
+    backup(device, host, pages(host, 1, 1), pages(device, 1, 1))
+    assert second.batch_set_v1(["a1"], pages(host, 1, 1)) == [True]
+    assert policy.on_ssd("a1")  # the store's index, on one rank
+    policy.metadata.get(page_key("a1")).E = 2  # admitted by its evictions
+    second.store.evict([second.storage_key("a1")])
+    policy.on_ssd_reload([])  # any event applies the store's removals
+    assert not policy.on_ssd("a1") and policy.metadata.get(page_key("a1")).e_spent == 2  # the robust rule
+    saved = runtime.counter_log.saved_rows
+    second.close()  # detach: the counters changed since the last step go in the store's last commit
+    assert runtime.counter_log.saved_rows > saved
+
+
 class Worker:
     def __init__(self) -> None:
         self.closed = False
@@ -135,8 +178,8 @@ class Worker:
         self.closed = True
 
 
-def test_following_a_detach_ends_the_old_reload_worker_and_keeps_none():
-    old = Worker()
-    tree = TreeCore(Node([], False, {1: Node(["a1"], True)}))
-    assert follow_backend(old, None, None, None, tree) is None
-    assert old.closed
+def test_a_replaced_runtime_ends_its_reload_worker():
+    worker = Worker()
+    runtime = SariaRuntime(backend=None, policy=None, agreement=None, counter_log=None, direct=worker)
+    runtime.close()
+    assert worker.closed
