@@ -17,7 +17,7 @@ Measured (max |logprob difference|; * = greedy tokens changed):
 
 So the tolerance catches gross errors on the FA model, but on the random hybrid (one FA
 layer of four, states that barely matter) wrong KV can hide inside it: logprobs are no
-proof that moved KV is right. The byte-level KV audit (kv_audit.py) is that proof.
+proof that moved KV is right. The byte-level KV audit (audit/kv.py) is that proof.
 """
 
 from __future__ import annotations

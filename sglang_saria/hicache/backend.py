@@ -37,7 +37,7 @@ from sglang.srt.mem_cache.hicache_storage import (
 
 from sglang_saria import policy_names
 from sglang_saria.config import ConfigError, SariaConfig
-from sglang_saria.hicache.kv_audit import KVAudit
+from sglang_saria.hicache.audit.kv import KVAudit
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.store_identity import claim as claim_store
 from sglang_saria.hicache.store_identity import server_fingerprint

@@ -131,7 +131,7 @@ class SariaServingMetrics:
         )
 
     def _auto_metrics(self, Counter: type, Gauge: type) -> None:
-        """``auto`` admission's load signal and decisions, and agents' hints (load_signal.py, hints_intake.py)."""
+        """``auto`` admission's load signal and decisions, and agents' hints (load_signal.py, hints.py)."""
         self._auto_backlog = Gauge(
             "sglang:saria_auto_backlog_seconds",
             "auto admission: smoothed seconds of prefill queued on the scheduler (its load signal)",

@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_saria.config import SariaConfig
+from sglang_saria.hicache.hints import NodeHints
 from sglang_saria.hicache.host_leaf_order import eviction_head
 from sglang_saria.hicache.metrics import SariaServingMetrics
-from sglang_saria.hicache.node_hints import NodeHints
-from sglang_saria.hicache.tree_view import TreeTierView
+from sglang_saria.hicache.tree_view import TreeTierView, page_key
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.budget import WriteBudgetController
@@ -54,11 +54,6 @@ from sglang_saria.mem_cache.sequencer import WriteSequencer
 logger = logging.getLogger(__name__)
 
 _RECENT_REQUESTS = 65536  # request ids remembered to count a request's reuse once
-
-
-def page_key(page_hash: str) -> int:
-    """SGLang page hashes are hex digests; their first 64 bits key the core's metadata."""
-    return int(page_hash[:16], 16)
 
 
 @dataclass
@@ -96,7 +91,7 @@ class SariaHiCachePolicy:
         self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
         self.view = TreeTierView(self.metadata, page_size, page_bytes, ssd_capacity_bytes, on_ssd, clock, hybrid)
         self.sequencer = WriteSequencer(self.admission, config.admission.rule)
-        # agents' hints (``auto``): kept by page, asked about tree nodes by their last page (node_hints.py)
+        # agents' hints (``auto``): kept by page, asked about tree nodes by their last page (hints.py)
         self.hints = self.admission.hints
         if self.hints is not None:
             self.sequencer.hints = NodeHints(self.hints, lambda node: page_key(node.hash_value[-1]))

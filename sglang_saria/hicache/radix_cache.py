@@ -63,20 +63,20 @@ from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId, UnifiedRadixCache
 from sglang.srt.mem_cache.utils import get_storage_hash_str
 
-from sglang_saria.hicache.follow import Follower, resume
-from sglang_saria.hicache.hints_intake import HintsIntakeMixin
+from sglang_saria.hicache.audit.kv import KVAudit, install_kv_audit
+from sglang_saria.hicache.audit.kv import audit_enabled as kv_audit_enabled
+from sglang_saria.hicache.audit.tiers import AuxComponent, TierAudit, audit_tiers
+from sglang_saria.hicache.direct_reload.build import DirectReload
+from sglang_saria.hicache.direct_reload.follow import Follower, resume
+from sglang_saria.hicache.direct_reload.holds import Hold, ReloadHolds, decode_reserve, reload_demands
+from sglang_saria.hicache.direct_reload.report import audit_reload, report_reload
+from sglang_saria.hicache.hints import HintsIntakeMixin
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder
-from sglang_saria.hicache.kv_audit import KVAudit, install_kv_audit
-from sglang_saria.hicache.kv_audit import audit_enabled as kv_audit_enabled
 from sglang_saria.hicache.load_signal import LoadSignalMixin
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.rank_agreement import RankAgreement
-from sglang_saria.hicache.reload_holds import Hold, ReloadHolds, decode_reserve, reload_demands
-from sglang_saria.hicache.reload_setup import DirectReload
-from sglang_saria.hicache.reload_report import audit_reload, report_reload
 from sglang_saria.hicache.runtime import SariaRuntime, build_runtime
-from sglang_saria.hicache.tier_audit import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.tree_core import NAME as SARIA_TREE_CORE
 from sglang_saria.hicache.unit_eviction import evict_host_units
 from sglang_saria.mem_cache.reload_admission import ReloadDemand, admits
@@ -136,15 +136,19 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
 
     def attach_storage_backend(self, *args: Any, **kwargs: Any) -> tuple[bool, str]:
         """Runtime attach (admin API, idle scheduler, every rank): a new backend gets a new runtime."""
-        before = self._backend()
-        result = super().attach_storage_backend(*args, **kwargs)
-        if self._backend() is not before:
-            self._build_runtime()
-        return result
+        return self._rebuilt_if_changed(super().attach_storage_backend, *args, **kwargs)
 
     def detach_storage_backend(self) -> tuple[bool, str]:
-        result = super().detach_storage_backend()
-        self._build_runtime()
+        """Runtime detach: without a backend, no runtime (HiCache's own paths, storage off)."""
+        return self._rebuilt_if_changed(super().detach_storage_backend)
+
+    def _rebuilt_if_changed(self, change: Any, *args: Any, **kwargs: Any) -> tuple[bool, str]:
+        """SGLang's attach or detach; the runtime is built again where it changed the backend (a
+        refused or failed one leaves the backend, and so the runtime, as they were)."""
+        before = self._backend()
+        result = change(*args, **kwargs)
+        if self._backend() is not before:
+            self._build_runtime()
         return result
 
     def _build_runtime(self) -> None:
@@ -280,7 +284,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if n_ssd <= 0:
             return None  # no SSD page (hybrid: before the last checkpoint a tier holds) for the worker
         leader = self._reloads.leader_of(hashes[tail_dram:n_tail], whole=probe.hybrid)
-        if leader is not None:  # another request's reload reads these pages: wait for it (follow.py)
+        if leader is not None:  # another request's reload reads these pages: wait for it (direct_reload/follow.py)
             context = Follower(request, tuple(prefix + tokens[:tail]), start, tuple(hashes), last_hash, extra_key, cache_salt)
             self._reloads.follow(request.rid, leader, context)
             self.note_storage_span(request.rid, start, len(prefix) + n_tail * page)  # the leader reads them
@@ -667,7 +671,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
                 self.audit_tiers()
 
     def audit_tiers(self) -> TierAudit:
-        """Check every node's device/host/SSD locations and counters (tier_audit.py)."""
+        """Check every node's device/host/SSD locations and counters (audit/tiers.py)."""
         backend = self._backend()
         host_pool = self.cache_controller.mem_pool_host
         aux = ()

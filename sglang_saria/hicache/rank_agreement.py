@@ -41,7 +41,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from sglang_saria.hicache.policy import page_key
+from sglang_saria.hicache.tree_view import page_key
 
 logger = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ Who gets what (`build_runtime`):
   MAMBA pool is registered; its write budget seeded with what the store wrote before
   (`seed_write_budget`) and its counters restored from the store (`counter_log.py`), saved
   there at each step and before the store closes;
-- `DirectReload` (`reload_setup.py`): the store's reads and drops, SGLang's pools, the
+- `DirectReload` (`direct_reload/build.py`): the store's reads and drops, SGLang's pools, the
   policy's transfer settings; None where direct reload cannot run;
-- the server's KV audit (`kv_audit.py`, built at the first step and kept across backends)
+- the server's KV audit (`audit/kv.py`, built at the first step and kept across backends)
   checks this store's reads and writes;
 - the pages the tree already holds in host memory get counters (`SariaHiCachePolicy.adopt`:
   none at launch, the tree's host pages after a runtime attach).
@@ -37,13 +37,13 @@ from typing import Any, Optional
 
 from sglang.srt.mem_cache.hicache_storage import PoolName
 
+from sglang_saria.hicache.audit.kv import KVAudit, attach_audit
+from sglang_saria.hicache.audit.tiers import tree_nodes
 from sglang_saria.hicache.backend import SariaStorage
 from sglang_saria.hicache.counter_log import CounterLog, restore_counters
-from sglang_saria.hicache.kv_audit import KVAudit, attach_audit
+from sglang_saria.hicache.direct_reload.build import DirectReload, WorkerHooks, build_direct_reload
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.rank_agreement import RankAgreement, attention_groups, worker_agreement
-from sglang_saria.hicache.reload_setup import DirectReload, WorkerHooks, build_direct_reload
-from sglang_saria.hicache.tier_audit import tree_nodes
 from sglang_saria.mem_cache.budget import WriteBudgetController
 from sglang_saria.units import SECONDS_PER_HOUR
 

@@ -4,7 +4,9 @@ Keys are the tree's nodes (``UnifiedTreeNode``; several pages each). Nothing is 
 node's parent is the tree's, DRAM is its host copy (``backuped``), SSD is the store's index
 (or the ranks' agreed view of it, ``rank_agreement.py``) for the node's last page, plus the
 writes this view was told were ordered and not yet seen in the index (``ordered``): a write
-the tree issued is in flight, and a second decision must not write it again.
+the tree issued is in flight, and a second decision must not write it again. `page_key`: the
+core metadata's key of an SGLang page hash (counters and hints are kept by page, nodes read their
+last page's).
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata
 
 MAMBA = int(ComponentType.MAMBA)  # index of a node's Mamba state in component_data
 _ORDERED_TTL_S = 120.0  # an ordered write not in the index after this long failed (store full, I/O error)
+
+
+def page_key(page_hash: str) -> int:
+    """SGLang page hashes are hex digests; their first 64 bits key the core's metadata."""
+    return int(page_hash[:16], 16)
 
 
 class TreeTierView:

@@ -59,7 +59,7 @@ def reserve_reload_staging(configurator: Any, budget_bytes: int, **kwargs: Any) 
     from sglang.srt.model_executor.pool_configurator import create_memory_pool_configurator
     from sglang.srt.runtime_context import get_memory, get_schedule
 
-    from sglang_saria.hicache.reload_staging import checkpoint_bytes, reserve_bytes
+    from sglang_saria.hicache.direct_reload.staging import checkpoint_bytes, reserve_bytes
 
     cell = 0 if configurator.use_mla_backend else getattr(create_memory_pool_configurator(configurator),
                                                           "_cell_size", 0)

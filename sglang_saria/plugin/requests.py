@@ -5,7 +5,7 @@ Stock SGLang drops unknown body fields, so the request model is replaced (a clas
 SGLang rebinds every module's import of it) by a subclass with the `saria` field, validated when
 the body is parsed (400 naming the field: `saria.session`, `saria.end`, ...). The hint rides to
 the scheduler in `sampling_params.custom_params`, the per-request channel SGLang carries through
-every tokenizer and scheduler path. The rules are in `hicache/hint_request.py`.
+every tokenizer and scheduler path. The rules are in `hicache/hints.py`.
 
 The subclass also refuses a body that is not a JSON object (400): the request model's own
 "before" validators call `.get()` on it, so a JSON null, array or number raised
@@ -38,14 +38,14 @@ class SariaChatCompletionRequest(ChatCompletionRequest):
     @field_validator("saria", mode="before")
     @classmethod
     def validate_saria_hint(cls, value: Any) -> Optional[dict[str, Any]]:
-        from sglang_saria.hicache.hint_request import validate_field
+        from sglang_saria.hicache.hints import validate_field
 
         return validate_field(value)
 
     def to_sampling_params(self, *args: Any, **kwargs: Any) -> Dict[str, Any]:
         params = super().to_sampling_params(*args, **kwargs)
         if self.saria is not None:
-            from sglang_saria.hicache.hint_request import attach_hint
+            from sglang_saria.hicache.hints import attach_hint
 
             attach_hint(params, self.saria)
         return params

@@ -13,7 +13,7 @@ Staging is two chunks (a double buffer: the next chunk reads while this one is g
 allocated once when the reloader is built, so a reload allocates no device memory and
 cannot run out of it mid-flight. Its size (`staging_bytes`, and a hybrid model's checkpoint
 page) is reserved out of SGLang's KV budget when the pool is sized
-(`sglang_saria/hicache/reload_staging.py`, plugin hook on `config_from_budget`).
+(`sglang_saria/hicache/direct_reload/staging.py`, plugin hook on `config_from_budget`).
 Loads are serialised on the reloader (one staging buffer pair); the reload worker runs one
 job at a time anyway.
 
@@ -44,10 +44,10 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from sglang_saria.reload.gdn_state import StateRows, staging_page
-from sglang_saria.kernels.gather import RowMoves, gather_rows
 from sglang_saria.digest import as_int64
 from sglang_saria.kernels.checksum import kernel_runs_on, row_digests
+from sglang_saria.kernels.gather import RowMoves, gather_rows
+from sglang_saria.reload.gdn_state import StateRows, staging_page
 from sglang_saria.storage.store import GetStatus
 
 logger = logging.getLogger(__name__)

@@ -10,9 +10,10 @@ import math
 import pytest
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.hicache.hint_request import HINT_KEY, AgentHint, attach_hint, hint_of, parse_hint, validate_field
-from sglang_saria.hicache.hints_intake import HintsIntakeMixin, SessionPaths, apply_hint, entry_bytes
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.hints import (HINT_KEY, AgentHint, HintsIntakeMixin, SessionPaths, apply_hint, attach_hint,
+                                        entry_bytes, hint_of, parse_hint, validate_field)
+from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.hicache.tree_view import page_key
 from tests.hicache.test_sglang_admission import PAGES, Tree, evict, insert, one_node
 
 BAD_HINTS = {

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.counter_log import restore_counters
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.storage.store import SariaStore
 from tests.hicache.test_sglang_admission import PAGES, evict, insert, one_node
 

@@ -10,7 +10,7 @@ import stat
 import pytest
 import torch
 
-from sglang_saria.hicache.kv_audit import (
+from sglang_saria.hicache.audit.kv import (
     DEVICE_TO_HOST,
     HOST_TO_DEVICE,
     HOST_TO_SSD,
@@ -20,8 +20,8 @@ from sglang_saria.hicache.kv_audit import (
     KVAudit,
     PoolRows,
 )
-from sglang_saria.reload.device import DeviceReloader
 from sglang_saria.hicache.backend import SariaStorage
+from sglang_saria.reload.device import DeviceReloader
 from tests.hicache.sglang_pools import PAGE, fill_random, mamba_host_pool, mha_pools, pages, storage_config
 
 # Host layouts HiCache copies on CPU (its direct io backend); page_first is the GPU kernel

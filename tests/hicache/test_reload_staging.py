@@ -1,5 +1,5 @@
-"""The direct reload's staging in SGLang's memory plan (hicache/reload_staging.py, patch
-009): the KV sizing takes exactly the reloader's staging off its budget when saria's direct
+"""The direct reload's staging in SGLang's memory plan (hicache/direct_reload/staging.py, the
+plugin hook on `config_from_budget`): the KV sizing takes exactly the reloader's staging off its budget when saria's direct
 reload will run, nothing otherwise, and the reloader's log says whether it was reserved. For
 the tiny hybrid model the real configurator sizes the pool and the real SGLang pools build
 the reloader: the FA staging of its full-attention layer plus one GDN checkpoint page."""
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sglang_saria.hicache import reload_staging
-from sglang_saria.hicache.reload_staging import checkpoint_bytes, report_staging, reserve_bytes
+from sglang_saria.hicache.direct_reload import staging
+from sglang_saria.hicache.direct_reload.staging import checkpoint_bytes, report_staging, reserve_bytes
 from sglang_saria.reload.device import DeviceReloader, staging_bytes
 from sglang_saria.reload.gdn_state import StateRows
 from sglang_saria.units import ConfigError
@@ -64,8 +64,8 @@ def test_a_bad_chunk_size_stops_the_sizing_naming_the_key():
 
 
 def test_staging_log_says_whether_the_kv_sizing_reserved_it(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger=reload_staging.__name__)
-    monkeypatch.setattr(reload_staging, "_reserved", None)
+    caplog.set_level(logging.INFO, logger=staging.__name__)
+    monkeypatch.setattr(staging, "_reserved", None)
     report_staging(1 << 20, "cuda:0")
     assert "is the sglang-saria plugin loaded" in caplog.text and "reserved nothing" in caplog.text
     caplog.clear()
@@ -75,7 +75,7 @@ def test_staging_log_says_whether_the_kv_sizing_reserved_it(monkeypatch, caplog)
 
 
 def test_gdn_checkpoint_staging_counts_towards_what_must_be_reserved(caplog):
-    caplog.set_level(logging.INFO, logger=reload_staging.__name__)
+    caplog.set_level(logging.INFO, logger=staging.__name__)
     fa = staging_bytes(4, PAGE_SIZE * CELL)
     reserve_bytes(memory_args({"transfer": {"reload_chunk_pages": 4}}), CELL, PAGE_SIZE)
     report_staging(fa, "cuda:0", state_bytes=3 << 20)
@@ -166,7 +166,7 @@ def hybrid_sizing(hybrid_model: Path, tmp_path_factory):
 
 
 def hybrid_reloader(kvc) -> tuple[DeviceReloader, list[torch.Tensor], list[torch.Tensor]]:
-    """The hybrid reloader as `build_direct_reload` (hicache/reload_setup.py) builds it, over
+    """The hybrid reloader as `build_direct_reload` (hicache/direct_reload/build.py) builds it, over
     SGLang's real device pools (the hybrid KV pool's full-attention layers, the mamba state
     pool) and host mamba pool; with the device FA K/V buffers ``[slot, head, dim]`` and state
     tensors ``[layer, slot, ...]``."""
@@ -203,7 +203,7 @@ def test_hybrid_kv_sizing_reserves_exactly_the_hybrid_reloaders_staging(hybrid_s
     the real pools allocates; the reloader's startup log then says it was reserved."""
     from sglang.srt.model_executor import pool_configurator
 
-    caplog.set_level(logging.INFO, logger=reload_staging.__name__)
+    caplog.set_level(logging.INFO, logger=staging.__name__)
     seen: list[int] = []
     price = pool_configurator.DefaultPoolConfigurator.calculate_pool_sizes
     monkeypatch.setattr(

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 import pytest
 
 from sglang_saria.config import SariaConfig
+from sglang_saria.hicache.audit.kv import LOG_NAME, SSD_TO_DEVICE, attach_audit
 from sglang_saria.hicache.backend import SariaStorage
-from sglang_saria.hicache.kv_audit import LOG_NAME, SSD_TO_DEVICE, attach_audit
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.runtime import SariaRuntime, build_runtime
 from sglang_saria.hicache.runtime_attach import attach_refusal, names_saria
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.reload.device import DeviceReloader
 from tests.hicache.sglang_pools import PAGE, fill_random, mha_pools, pages, storage_config
 from tests.hicache.test_kv_audit import Counts, backup, kv_audit

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sglang_saria.config import SariaConfig
-from sglang_saria.hicache.policy import SariaHiCachePolicy, page_key
+from sglang_saria.hicache.policy import SariaHiCachePolicy
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.replay.metrics import peak_window_bytes
 
 

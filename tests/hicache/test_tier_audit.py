@@ -1,4 +1,4 @@
-"""The tier audit (hicache/tier_audit.py) finds each kind of drift between the tree's
+"""The tier audit (hicache/audit/tiers.py) finds each kind of drift between the tree's
 locations and the pools/store, and reports pages per tier, on hand-built trees."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sglang_saria.hicache.audit.tiers import AuxComponent, audit_tiers
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.mem_cache.metadata import ContextMetadata
-from sglang_saria.hicache.policy import page_key
-from sglang_saria.hicache.tier_audit import AuxComponent, audit_tiers
 
 PAGE = 4
 

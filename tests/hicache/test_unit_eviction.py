@@ -194,7 +194,7 @@ def test_every_reclaimed_unit_passed_the_gate_and_admitted_ones_were_written_fir
 
 
 def test_one_set_of_counters_per_unit(saria_run):
-    from sglang_saria.hicache.policy import page_key
+    from sglang_saria.hicache.tree_view import page_key
 
     policy = saria_run.cache._policy()
     assert policy.stats.host_evictions == len(saria_run.evicted), "one eviction counted per unit, not per object"

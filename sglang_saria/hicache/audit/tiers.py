@@ -26,8 +26,8 @@ from typing import Any
 
 import torch
 
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.mem_cache.metadata import ContextMetadata
-from sglang_saria.hicache.policy import page_key
 
 TIERS = ("device", "host", "ssd")
 FULL = 0  # ComponentType.FULL indexes a node's component_data list

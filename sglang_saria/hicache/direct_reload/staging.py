@@ -6,9 +6,9 @@ SGLang has sized the KV pool. Taken then, it would come out of the runtime slack
 (``1 - mem_fraction_static``) that activations and CUDA graphs are sized against, and a
 long-running server could OOM in a forward pass instead. SGLang has the same problem with
 multimodal buffers allocated after sizing and reserves their bytes out of the KV budget
-(`mm_runtime_reservation_gb`). Patch 009 does the same for saria in
-`KVCacheConfigurator.config_from_budget`, which both the pre-capture sizing and the
-post-capture resize go through: :func:`reserve_bytes` is taken off the budget there.
+(`mm_runtime_reservation_gb`). The plugin hook on `KVCacheConfigurator.config_from_budget`
+(`plugin/cache.py`), which both the pre-capture sizing and the post-capture resize go through,
+does the same for saria: :func:`reserve_bytes` is taken off the budget there.
 
 A hybrid (FA + GDN) model's reloader stages FA pages of the full-attention layers only (the
 cell SGLang prices its KV pool with counts only those) and one GDN checkpoint page besides:

@@ -9,11 +9,11 @@ import time
 import torch
 from sglang.srt.mem_cache.hicache_storage import PoolName
 
-from sglang_saria.hicache.kv_audit import KVAudit
+from sglang_saria.hicache.audit.kv import KVAudit
 from sglang_saria.hicache.metrics import SariaServingMetrics
 from sglang_saria.reload.pending import PendingReload, job_reason
 
-logger = logging.getLogger("sglang_saria.hicache.radix_cache")  # the reload's lines, as before
+logger = logging.getLogger("sglang_saria.hicache.radix_cache")  # a reload's lines under the radix cache's logger
 
 
 def audit_reload(audit: KVAudit, pending: PendingReload, hashes: list[str], published: torch.Tensor,

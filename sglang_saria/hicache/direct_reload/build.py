@@ -18,8 +18,8 @@ from sglang.srt.mem_cache.hicache_storage import PoolName
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 
 from sglang_saria.config import SariaConfig, TransferConfig
-from sglang_saria.hicache.reload_probe import ReloadProbe
-from sglang_saria.hicache.reload_staging import report_staging
+from sglang_saria.hicache.direct_reload.probe import ReloadProbe
+from sglang_saria.hicache.direct_reload.staging import report_staging
 from sglang_saria.mem_cache.coordinator import RealTimePacer
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.reload.device import DeviceReloader, UnsupportedPoolLayout

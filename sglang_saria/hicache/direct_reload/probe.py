@@ -17,7 +17,7 @@ from sglang.srt.mem_cache.radix_cache import RadixKey
 from sglang.srt.mem_cache.unified_cache.components import ComponentType
 from sglang.srt.mem_cache.unified_radix_cache import NodeId
 
-from sglang_saria.hicache.policy import page_key
+from sglang_saria.hicache.tree_view import page_key
 from sglang_saria.mem_cache.metadata import DRAM, SSD
 from sglang_saria.mem_cache.planner import ReloadPlan
 from sglang_saria.reload.plan import PageObjects, checkpoint_loc, plan_pages
