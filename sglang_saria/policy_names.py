@@ -3,7 +3,7 @@
 A leaf module (it imports nothing from the package): the configuration validates a name
 here without importing any policy, and each policy module registers the factory of its
 kinds by name (libCacheSim's ``create_admissioner``, vLLM's ``register_policy``), so
-``config``, ``admission`` and ``budget`` no longer import each other in a circle.
+``config``, ``admission`` and ``budget`` do not import each other.
 
 Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
 ``budget:<DWPD>``, ``auto`` / ``auto:<DWPD>`` (load-aware, ``mem_cache/auto.py``), ``learned`` /

@@ -15,7 +15,7 @@ Exact for eviction strategies whose priority never decreases while a node stays 
 entry at or below its current priority, and a popped entry whose priority moved is pushed
 back with the current one, so leaves come out in the order ``heapq.nsmallest`` over the
 whole set gives. Any other strategy (MRU, FILO, priority, TLRU) is not indexed: reads sort
-the whole set, as before.
+the whole set.
 """
 
 from __future__ import annotations
