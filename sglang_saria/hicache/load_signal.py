@@ -157,7 +157,7 @@ class LoadSignalMixin:
 
     def note_storage_span(self, rid: str, start: int, end: int) -> None:
         """Request ``rid`` will have its prompt's tokens ``[start, end)`` without computing them,
-        loaded by another request's reload (a follower, ``follow.py``) or matched on the device
+        loaded by another request's reload (a follower, ``direct_reload/follow.py``) or matched on the device
         once that reload published them (``end`` 0: none known)."""
         if self._storage_spans is None:
             self._storage_spans = {}
