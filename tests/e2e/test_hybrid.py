@@ -151,7 +151,7 @@ def test_restarted_server_reloads_ssd_hit_into_device_pools(start_hybrid_server,
         log = server.log_path.read_text(errors="replace")
     assert cached_tokens(result) == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT_OF_TURN_2}
     assert_matches_cold(result, cold_hybrid_run(TURN_2), "turn 2 after a restart")
-    # Patch 009 took the reloader's staging, FA pages and the GDN checkpoint page, off the KV budget.
+    # The plugin hook on config_from_budget took the reloader's staging (FA pages, GDN checkpoint) off the KV budget.
     reserved = re.findall(r"saria: (\d+) bytes \S+ MiB\) of the KV budget reserved", log)
     staging = re.findall(
         r"direct reload staging (\d+) bytes \S+ MiB\): FA pages \d+ \+ GDN checkpoint [1-9]\d* on \S+, reserved", log
