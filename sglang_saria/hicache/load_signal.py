@@ -98,7 +98,7 @@ def waiting_uncached_tokens(inquirer: Any, batch: Any = None) -> int:
         total += uncached
     chunked = inquirer.get_chunked_req()
     if chunked is not None:
-        running = chunked.extend_input_len if batch is not None and chunked in batch.reqs else 0
+        running = chunked.extend_len if batch is not None and chunked in batch.reqs else 0
         total += max(0, chunked.seqlen - chunked.prefix_len - running)
     return total
 

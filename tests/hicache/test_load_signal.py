@@ -7,6 +7,7 @@ queue) and tests/e2e/test_auto_admission.py (the decisions it drives)."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -30,7 +31,7 @@ class Req:
     num_matched_prefix_tokens: int = 0  # device + host match (at arrival or the last admission try)
     rid: str = "r"
     prefix_len: int = 0  # a chunked request's tokens already prefilled
-    extend_input_len: int = 0  # a chunked request's chunk in the batch just formed
+    extend_len: int = 0  # a chunked request's chunk in the batch just formed
 
     @property
     def cache_request_handle(self):
@@ -106,8 +107,19 @@ def test_a_waiting_request_counts_its_tokens_less_its_matched_prefix_and_its_sto
     assert waiting_uncached_tokens(inquirer) == 100 + 400 + 300
 
 
+def test_the_fake_request_reads_only_what_sglangs_req_has():
+    """The fields above exist on SGLang 0.5.23's Req (a field it lacks stops the scheduler)."""
+    from sglang.srt.managers.schedule_batch import Req as SGLangReq
+
+    for name in ("seqlen", "extend_len"):
+        assert isinstance(getattr(SGLangReq, name), property), name
+    init = inspect.getsource(SGLangReq.__init__)
+    for name in ("num_matched_prefix_tokens", "prefix_len", "cache_request_handle"):
+        assert f"self.{name}" in init, name  # attributes set in __init__
+
+
 def test_the_chunked_request_counts_its_rest_past_the_chunk_in_the_batch_just_formed():
-    chunked = Req(1000, prefix_len=256, extend_input_len=128)
+    chunked = Req(1000, prefix_len=256, extend_len=128)
     inquirer = Inquirer(chunked=chunked)
     assert waiting_uncached_tokens(inquirer) == 744  # no batch formed: its whole rest waits
     batch = SimpleNamespace(reqs=[chunked])
