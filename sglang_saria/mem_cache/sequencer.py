@@ -129,12 +129,12 @@ class WriteSequencer:
         admission = self.admission
         if not self.robust:
             if admission.keyed:
-                return [key] if admission.admits_key(key, event, node, self._victim(view, key)) else None
+                return [key] if admission.admits_key(view.block_key(key), event, node, self._victim(view, key)) else None
             return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
         if self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
         if admission.keyed:
-            admitted = admission.admits_key(key, event, node, self._victim(view, key))
+            admitted = admission.admits_key(view.block_key(key), event, node, self._victim(view, key))
         else:
             admitted = admission.should_admit(node.E + evictions - node.e_spent, node.R, event)
         if not admitted:
