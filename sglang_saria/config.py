@@ -68,6 +68,11 @@ class AdmissionConfig:
     auto_odds: float = 1.0
     auto_load_ref_s: float = 1.0
     auto_max_bytes: int = 64 << 20
+    # auto: a write leaves its ancestors still in DRAM to their own eviction, where each is written because the
+    # descendant's SSD copy needs it (mem_cache/sequencer.py); False: it closes over them at once
+    auto_lazy_closure: bool = True
+    # SGLang driver: auto's learned state goes to a file beside the store at most this often (hicache/admission_state.py)
+    auto_state_save_s: float = 60.0
     # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints.py),
     # the sessions hinted longest ago forgotten first past it; 64 MiB holds ~270 sessions of 128K
     # tokens at page 64 (0: remember none, an end hint covers its own request's path only)
@@ -95,6 +100,7 @@ class AdmissionConfig:
         _check(self.auto_odds > 0, f"{prefix}.auto_odds", self.auto_odds, "must be > 0")
         _check(self.auto_load_ref_s > 0, f"{prefix}.auto_load_ref_s", self.auto_load_ref_s, "must be > 0")
         _check(self.auto_max_bytes > 0, f"{prefix}.auto_max_bytes", self.auto_max_bytes, "must be > 0")
+        _check(self.auto_state_save_s > 0, f"{prefix}.auto_state_save_s", self.auto_state_save_s, "must be > 0")
         _check(self.hint_sessions_max_bytes >= 0, f"{prefix}.hint_sessions_max_bytes", self.hint_sessions_max_bytes,
                "must be >= 0 (bytes)")
 

@@ -5,8 +5,9 @@ also learns, per class of block, how often an evicted block is wanted again, and
 it saw evicted (its ghost). Without this module a restarted server would start from the Laplace
 prior (every class at chance 1/2) and an empty ghost.
 
-- save (``AdmissionStateFile.save``, from ``SariaRuntime.end_step``): at most every ``SAVE_EVERY_S``
-  seconds, and when the store closes. The scheduler thread only copies the state (C-speed copies,
+- save (``AdmissionStateFile.save``, from ``SariaRuntime.end_step``): at the first step, then at most
+  every ``admission.auto_state_save_s`` seconds (60), and when the store closes (a server killed
+  loses at most that much learning). The scheduler thread only copies the state (C-speed copies,
   ``LearnedAdmission.snapshot``); a background thread writes it as JSON to a private file (0600)
   beside the store's index, through a temporary file and a rename, so a crash leaves the last
   complete file. One write at a time: a save while the last one runs is skipped.
@@ -34,16 +35,17 @@ from sglang_saria.storage.private import open_private
 logger = logging.getLogger(__name__)
 
 FILE_NAME = "auto-admission.json"
-SAVE_EVERY_S = 60.0
 
 
 class AdmissionStateFile:
     """Loads and saves a learning admission's ``state_dict`` at ``path``."""
 
-    def __init__(self, admission: Any, path: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, admission: Any, path: str, clock: Callable[[], float] = time.monotonic,
+                 every_s: float = 60.0) -> None:
         self.admission = admission
         self.path = path
         self.clock = clock
+        self.every_s = every_s
         self._saved_at: Optional[float] = None
         self._writer: Optional[threading.Thread] = None
         self.saves = 0  # files written by this process
@@ -68,9 +70,9 @@ class AdmissionStateFile:
         return True
 
     def save(self, force: bool = False) -> None:
-        """Every ``SAVE_EVERY_S`` (or now, ``force``): the state goes to the file from a background thread."""
+        """Every ``every_s`` (or now, ``force``): the state goes to the file from a background thread."""
         now = self.clock()
-        if not force and self._saved_at is not None and now - self._saved_at < SAVE_EVERY_S:
+        if not force and self._saved_at is not None and now - self._saved_at < self.every_s:
             return
         if self._writer is not None and self._writer.is_alive():
             if not force:
@@ -98,11 +100,12 @@ class AdmissionStateFile:
             logger.warning("saria: %s: auto admission state not saved: %s", self.path, e)
 
 
-def admission_state_file(admission: Any, data_dir: str, clock: Callable[[], float]) -> Optional[AdmissionStateFile]:
-    """The state file of ``admission`` in the store directory ``data_dir``, its state restored; None for
-    a policy without learned state."""
+def admission_state_file(admission: Any, data_dir: str, clock: Callable[[], float],
+                         every_s: float) -> Optional[AdmissionStateFile]:
+    """The state file of ``admission`` in the store directory ``data_dir``, its state restored, saved at
+    most every ``every_s`` seconds; None for a policy without learned state."""
     if not callable(getattr(admission, "snapshot", None)):
         return None
-    state_file = AdmissionStateFile(admission, os.path.join(data_dir, FILE_NAME), clock)
+    state_file = AdmissionStateFile(admission, os.path.join(data_dir, FILE_NAME), clock, every_s)
     state_file.load()
     return state_file

@@ -74,8 +74,8 @@ class SariaRuntime:
             self.agreement.step()
 
     def end_step(self) -> None:
-        """At the end of each scheduler step: the counters changed in it go to the store (and, every
-        minute, a learning admission's state to its file, written off this thread)."""
+        """At the end of each scheduler step: the counters changed in it go to the store (and, at most
+        every ``admission.auto_state_save_s``, a learning admission's state to its file, written off this thread)."""
         self.counter_log.save()
         if self.admission_state is not None:
             self.admission_state.save()
@@ -108,7 +108,8 @@ def build_runtime(cache: Any, backend: Any, kv_audit: Optional[KVAudit]) -> Opti
     seed_write_budget(policy, backend.store, agreement)
     counter_log = restore_counters(policy, backend, agreement)
     backend.add_close_listener(counter_log.save)  # the last step's counters go in the store's last commit
-    admission_state = admission_state_file(policy.admission, backend.store.layout.data_dirs[0], policy.clock)
+    admission_state = admission_state_file(policy.admission, backend.store.layout.data_dirs[0], policy.clock,
+                                           policy.config.admission.auto_state_save_s)
     if admission_state is not None:
         backend.add_close_listener(lambda: admission_state.save(force=True))
     direct = None

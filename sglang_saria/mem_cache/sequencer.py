@@ -39,6 +39,8 @@ class RuleStats:
 
     unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (or the chain passes SSD)
     credit_refused: int = 0  # total writes would pass the computed content
+    closure_deferred: int = 0  # lazy closure: writes that left their parent in DRAM for its own eviction
+    closure_forced: int = 0  # lazy closure: nodes written at their eviction because a descendant's SSD copy needs them
 
 
 class WriteSequencer:
@@ -50,6 +52,9 @@ class WriteSequencer:
         self.stats = stats if stats is not None else RuleStats()
         self.hints = admission.hints  # agents' hints come before the policy (mem_cache/hints.py)
         self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
+        self.lazy = self.robust and admission.lazy_closure
+        # lazy closure: block key of a parent left in DRAM -> the (last) child written without it
+        self._needed_by: dict[Hashable, Hashable] = {}
 
     # ------------------------------------------------------------------ events
     def insert(self, view: TierView, key: Hashable, node: ContextNode, hbm: Container = ()) -> list | None:
@@ -131,9 +136,16 @@ class WriteSequencer:
             if admission.keyed:
                 return [key] if admission.admits_key(view.block_key(key), event, node, self._victim(view, key)) else None
             return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
-        if self._checkpoint_only(view) and not view.has_checkpoint(key):
+        forced = False
+        if self.lazy and event is _EVICT:
+            child = self._needed_by.pop(view.block_key(key), None)
+            forced = child is not None and bool((view.location(child) or 0) & SSD)
+        if forced:
+            self.stats.closure_forced += 1
+            admitted = True
+        elif self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
-        if admission.keyed:
+        elif admission.keyed:
             admitted = admission.admits_key(view.block_key(key), event, node, self._victim(view, key))
         else:
             admitted = admission.should_admit(node.E + evictions - node.e_spent, node.R, event)
@@ -145,6 +157,10 @@ class WriteSequencer:
         if chain is None:
             self.stats.unusable_skipped += 1
             return None
+        if self.lazy and len(chain) > 1:  # the parent has a copy now; it is written at its own eviction
+            self._needed_by[view.block_key(chain[1])] = key
+            self.stats.closure_deferred += 1
+            chain = chain[:1]
         tokens, nbytes = view.size(key)
         extra = 0
         if len(chain) > 1:

@@ -11,7 +11,8 @@ from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.learned import (AGE_CLASSES, GHOST_BYTES_PER_BLOCK, N_CLASSES, LearnedAdmission,
                                             LearnedParams, block_class)
-from sglang_saria.mem_cache.metadata import ContextNode
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
+from sglang_saria.mem_cache.sequencer import WriteSequencer
 
 EVICT, INSERT, PREWRITE = AdmissionEvent.EVICT, AdmissionEvent.INSERT, AdmissionEvent.PREWRITE
 
@@ -127,3 +128,66 @@ def test_state_round_trip_and_bad_state_named():
     with pytest.raises(ConfigError, match="reused must not exceed seen"):
         q.load_state_dict({**good, "reused": [s + 1 for s in good["seen"]]})
     assert q.seen == p.seen  # a refused state changes nothing
+
+
+class _ChainView:
+    """Blocks 1 <- 2 <- 3 (a chain from the root), in DRAM unless put on SSD; one token, one byte each."""
+
+    hybrid = False
+    ssd_capacity_tokens = 1_000
+
+    def __init__(self) -> None:
+        self.on_ssd: set[int] = set()
+
+    def parent(self, key):
+        return key - 1 if key > 1 else None
+
+    def location(self, key):
+        return DRAM | (SSD if key in self.on_ssd else 0)
+
+    def has_checkpoint(self, key):
+        return False
+
+    def size(self, key):
+        return 1, 1
+
+    def computed_bytes(self):
+        return 1_000
+
+    def ssd_victim(self, tokens):
+        return None
+
+    def block_key(self, key):
+        return key
+
+
+def _hot_auto(lazy: bool) -> LearnedAdmission:
+    p = LearnedAdmission(LearnedParams(lazy_closure=lazy))
+    teach(p, R=1, E=1, idle_s=100, n=10, reused=10, first_key=1000)  # blocks like these come back
+    return p
+
+
+def test_lazy_closure_writes_an_ancestor_at_its_own_eviction_because_the_descendant_needs_it():
+    view = _ChainView()
+    eager = WriteSequencer(_hot_auto(lazy=False), "robust")
+    assert eager.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3, 2, 1]  # closes over the DRAM ancestors
+    p = _hot_auto(lazy=True)
+    lazy = WriteSequencer(p, "robust")
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]  # the parent keeps its DRAM copy
+    view.on_ssd.add(3)
+    assert lazy.stats.closure_deferred == 1
+    # block 2 is evicted later: it is cold by its own class, and written because block 3's SSD copy needs it
+    cold = node(0, 0, 10_000.0)
+    assert lazy.evict(view, 2, cold) == [2] and lazy.stats.closure_forced == 1 and p.decisions["admit"] == 1
+    view.on_ssd.add(2)
+    assert lazy.evict(view, 1, cold) == [1] and lazy.stats.closure_forced == 2
+
+
+def test_lazy_closure_forces_nothing_once_the_descendants_copy_is_gone():
+    view = _ChainView()
+    p = _hot_auto(lazy=True)
+    lazy = WriteSequencer(p, "robust")
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]  # ordered, never stored (or evicted since)
+    cold = p.decisions["cold"]
+    assert lazy.evict(view, 2, node(0, 0, 10_000.0)) is None  # a first eviction in a new class: cold
+    assert lazy.stats.closure_forced == 0 and p.decisions["cold"] == cold + 1
