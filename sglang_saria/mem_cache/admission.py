@@ -60,8 +60,9 @@ class AdmissionPolicy(ABC):
     prefix_closed: bool = False
     #: whether ``admits_key`` is given the SSD victim a write would displace (``auto``)
     compares_victim: bool = False
-    #: under the robust rule, whether a write leaves its ancestors still in DRAM to their own eviction, where
-    #: each is written because a descendant's SSD copy needs it (``auto``); else it closes over them at once
+    #: under the robust rule on FA-only models, whether a write leaves its ancestors still in DRAM to their own
+    #: eviction, where each is written because a descendant's SSD copy needs it (``auto``); else it closes over
+    #: them at once
     lazy_closure: bool = False
 
     def __init__(self) -> None:
