@@ -1,6 +1,6 @@
-"""`auto` admission and agents' hints on a real server (issue 26), pages named in advance.
+"""`loadaware` admission and agents' hints on a real server (issue 26), pages named in advance.
 
-One server, `auto` with no smoothing to speak of (``loadaware_tau_s`` 1 ms, ``loadaware_spend_backlog_s``
+One server, `loadaware` with no smoothing to speak of (``loadaware_tau_s`` 1 ms, ``loadaware_spend_backlog_s``
 0.1 ms: any prefill left waiting behind a batch is load), small pools (device 512 tokens, host
 1024), chat sessions of the same shape (a first prompt of ~260 tokens, distinct from the first
 page on) sent through the openai SDK, and fillers of 300 tokens that push them out:

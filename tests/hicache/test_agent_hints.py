@@ -1,7 +1,7 @@
 """Agents' hints in the SGLang driver (issue 26), without a server: the hint's rules (what a chat
 request may say, `plugin/requests.py`), its way through ``custom_params``, and what a released request's hint
 does to the `auto` policy's decisions on its pages. The server-level proof is
-tests/e2e/test_auto_admission.py."""
+tests/e2e/test_loadaware_admission.py."""
 
 from __future__ import annotations
 

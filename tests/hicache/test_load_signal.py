@@ -3,7 +3,7 @@ SGLang's load inquirer (each waiting request's tokens less its match and storage
 request's rest), its measured prefill rate (converted as the replay converts), the step feed that
 moves `auto`'s threshold, and the same value on every attention rank (MAX in the rank agreement's
 step). On a real server: tests/e2e/test_auto_load_signal.py (the replay's value for the same
-queue) and tests/e2e/test_auto_admission.py (the decisions it drives)."""
+queue) and tests/e2e/test_loadaware_admission.py (the decisions it drives)."""
 
 from __future__ import annotations
 
