@@ -39,7 +39,7 @@ def test_a_reduced_run_has_the_committed_shape_and_signs(tmp_path, shared_dir, p
 @pytest.mark.parametrize("data", ["fidelity.json", "fidelity-grid.json"])
 def test_the_anchor_is_its_rule_on_the_real_traces(shared_dir, data):
     """The committed K is what the anchor rule gives when it scans the real WEKA traces now (full
-    duplicate's replays at K = 10, 20, ... under the run's placement; about 4 minutes each)."""
+    duplicate's replays at K = 10, 20, ... under the run's placement; about 20 s each here)."""
     from sglang_saria.fidelity.runs import Runner
 
     committed = json.loads((DOCS / "data" / data).read_text())
