@@ -17,6 +17,7 @@ from sglang_saria.bench import doc_blocks
 from sglang_saria.bench import models as bench_models
 from sglang_saria.bench import reload as bench_reload
 from sglang_saria.bench import storage as bench_storage
+from sglang_saria.model_specs import get_model_spec
 from sglang_saria.tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, bench_config, geometry_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,3 +147,7 @@ def test_the_geometry_table_is_the_configs():
         assert rows[name][1].startswith(f"{g.gdn.layers} GDN + {g.fa_layers} full attention" if g.gdn else f"{g.fa_layers} full attention")
     state = geometry_of(bench_config(HYBRID_BENCH)).gdn.state_bytes / 2**20
     assert re.search(rf"\b{state:.2f} MiB GDN checkpoint per prefix", DOC.read_text())
+    q = get_model_spec("qwen3-8b")  # the real model the benchmark models are cut from
+    per_token = q.fa_layers * q.kv_heads * q.head_dim * 2 * 2
+    assert (f"Qwen3-8B has {per_token // 1024} KiB per token ({q.fa_layers} layers x {q.kv_heads} KV heads x "
+            f"{q.head_dim} x 2 x 2 B)") in " ".join(DOC.read_text().split())
