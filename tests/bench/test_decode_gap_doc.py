@@ -37,3 +37,25 @@ def test_the_readmes_decode_gap_table_is_the_jsons_raw_records_recomputed():
         assert named == (not run["decoders_outlasted"]), name
     assert (f"{doc['decoders']} decoders x {doc['decode_tokens']} tokens, {doc['hits']} hits of {doc['hit_pages']} pages "
             f"one every {doc['hit_interval_s']:g} s, store reads delayed {doc['read_delay_s']:g} s") in setting
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_reduced_concurrent_run_has_the_committed_shape(tiny_model: Path, tmp_path: Path):
+    """`scripts/bench_serving.py --scenario concurrent` small (1 decoder, 2 hits of the default 32 pages; with
+    4-page hits the staged path served none from the store): its JSON has the committed file's shape and
+    every path served its hits from the store."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "gap.json"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_serving.py"), "--scenario", "concurrent",
+                    "--model", str(tiny_model), "--decoders", "1", "--decode-tokens", "200", "--hits", "2",
+                    "--hit-pages", "32", "--log-dir", str(tmp_path / "logs"), "--json", str(out)],
+                   check=True, cwd=ROOT, timeout=900, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    got, committed = (json.loads(p.read_text()) for p in (out, ROOT / "docs" / "data" / "decode-gap.json"))
+    assert set(got) == set(committed) and set(got["runs"][0]) == set(committed["runs"][0])
+    assert [r["name"] for r in got["runs"]] == [r["name"] for r in committed["runs"]]
+    for r in got["runs"]:
+        assert len(r["hit_ttft_s"]) == 2 and r["storage_tokens"] > 0 and all(t > 0 for t in r["hit_ttft_s"]), r["name"]
