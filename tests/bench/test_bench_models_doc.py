@@ -18,7 +18,7 @@ from sglang_saria.bench import models as bench_models
 from sglang_saria.bench import reload as bench_reload
 from sglang_saria.bench import storage as bench_storage
 from sglang_saria.model_specs import get_model_spec
-from sglang_saria.tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, bench_config, geometry_of
+from sglang_saria.tiny_models import FULL_ATTENTION_BENCH, HYBRID_BENCH, bench_config, geometry_of, kv_geometry
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "bench-models.md"
@@ -137,7 +137,7 @@ def test_reload_against_raw_and_staged_is_recomputed_from_every_timed_run(data, 
     assert f"takes {staged_raw:.2f}x (staged) and {direct_raw:.2f}x (direct) the raw read" in summary
 
 
-def test_the_geometry_table_is_the_configs():
+def test_the_geometry_table_is_the_configs(tiny_model: Path):
     rows = {cells[0].split()[0].strip("`"): cells for cells in
             [[c.strip() for c in line.strip("|").split("|")] for line in DOC.read_text().splitlines()
              if line.startswith("| `qwen3")]}
@@ -147,6 +147,8 @@ def test_the_geometry_table_is_the_configs():
         assert rows[name][1].startswith(f"{g.gdn.layers} GDN + {g.fa_layers} full attention" if g.gdn else f"{g.fa_layers} full attention")
     state = geometry_of(bench_config(HYBRID_BENCH)).gdn.state_bytes / 2**20
     assert re.search(rf"\b{state:.2f} MiB GDN checkpoint per prefix", DOC.read_text())
+    tiny = kv_geometry(tiny_model)
+    assert f"hold {tiny.bytes_per_token} B of KV per token (`{tiny_model.name}`)" in " ".join(DOC.read_text().split())
     q = get_model_spec("qwen3-8b")  # the real model the benchmark models are cut from
     per_token = q.fa_layers * q.kv_heads * q.head_dim * 2 * 2
     assert (f"Qwen3-8B has {per_token // 1024} KiB per token ({q.fa_layers} layers x {q.kv_heads} KV heads x "
