@@ -28,21 +28,28 @@ the reads, as before issue 12: `"transfer": {"blocking_reload": true}`, benchmar
 tiny model's pages read in microseconds, so `--read-delay-s` (the store's test-only fault
 injector `ReadDelay`, default 0.1 s per object read on CPU, 0 on GPU) stands for a slow drive.
 
-    python scripts/bench_serving.py --scenario concurrent [--device cuda]
+    python scripts/bench_serving.py --scenario concurrent [--device cuda] [--json out.json --update-doc README.md]
+
+`--json` keeps every run's raw records (each decoder gap, each hit's TTFT); `--update-doc`
+rewrites the README's `<!-- decode-gap:NAME -->` blocks from that JSON, `--render-only` from one
+committed earlier (docs/data/decode-gap.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from sglang_saria.bench import doc_blocks
 from sglang_saria.launcher import (
     AUDIT_ENV,
     LOGPROB_TOLERANCE,
@@ -188,10 +195,37 @@ def serve_concurrent(
     )
 
 
+PATHS = {"staged": "staged (HiCache prefetch into host memory)", "direct": "direct (reload worker)",
+         "blocking": "blocking (scheduler waits for the reads)"}
+
+
+def render_concurrent(doc: dict) -> dict[str, str]:
+    """The README's decode-gap blocks from a ``--json`` record: per path the decoders' gap p99 and
+    the hits' median TTFT from the raw records, with ratios to `staged` of the same run."""
+    base = {r["name"]: r for r in doc["runs"]}["staged"]
+    gap99, ttft50 = (lambda r: percentile(r["decode_gaps_s"], 99)), (lambda r: statistics.median(r["hit_ttft_s"]))
+    rows = [f"| {PATHS[r['name']]} | {gap99(r) * 1e3:.1f} | {gap99(r) / gap99(base):.2f} | {ttft50(r) * 1e3:.0f} | "
+            f"{ttft50(r) / ttft50(base):.2f} |" for r in doc["runs"]]
+    table = "\n".join(["| reload path | decode gap p99 ms | x staged | SSD-hit TTFT p50 ms | x staged |",
+                       "|---|---|---|---|---|", *rows])
+    load = doc["load_average_1min"]
+    setting = (f"{doc['device'].upper()}, {doc['decoders']} decoders x {doc['decode_tokens']} tokens, {doc['hits']} hits "
+               f"of {doc['hit_pages']} pages one every {doc['hit_interval_s']:g} s, store reads delayed "
+               f"{doc['read_delay_s']:g} s to stand for a slow drive; one run, 1-minute load average "
+               f"{load['start']:.1f} at the start and {load['end']:.1f} at the end, ratios to HiCache's staged "
+               f"prefetch in the same run")
+    short = [r["name"] for r in doc["runs"] if not r["decoders_outlasted"]]
+    if short:
+        setting += (f". In the {' and '.join(short)} run the decoders finished before the last hit's first token, "
+                    f"so its gaps cover only part of the hits' window")
+    return {"setting": setting + ":", "table": table}
+
+
 def concurrent_scenario(model: Path, args: argparse.Namespace, log_dir: Path) -> int:
     """Write the hit prefixes with one server, then per reload path a restarted server on
     that store serves decoders plus the SSD-hit stream."""
     delay = args.read_delay_s if args.read_delay_s is not None else (0.1 if args.device == "cpu" else 0.0)
+    load_start = os.getloadavg()[0]
     injector = {"class": "sglang_saria.storage.fault_injection:ReadDelay", "read_delay_s": delay}
     slow_reads = {"fault_injector": injector} if delay else {}
     flags = ["--page-size", "16", "--max-total-tokens", "8192", "--dtype", "bfloat16"]
@@ -212,24 +246,15 @@ def concurrent_scenario(model: Path, args: argparse.Namespace, log_dir: Path) ->
         for i, (path, transfer) in enumerate(tqdm(paths.items(), desc="reload paths", leave=False)):
             server_flags = flags + saria_hicache_args({**extra, **slow_reads, "transfer": transfer})
             runs.append(serve_concurrent(path, model, server_flags, hits, args, i, log_dir))
-    print(
-        f"{args.decoders} decoders x {args.decode_tokens} tokens; {args.hits} SSD hits of {args.hit_pages} pages, "
-        f"one every {args.hit_interval_s} s; store reads delayed {delay} s each"
-    )
-    base = {r.name: r for r in runs}["staged"]
-    head = (
-        f"{'reload path':<12}{'gap p99 ms':>12}{'x staged':>10}{'gap max ms':>12}{'hit TTFT p50 ms':>17}"
-        f"{'x staged':>10}{'hit TTFT max ms':>17}{'SSD tokens':>12}"
-    )
-    print(head)
-    print("-" * len(head))
-    for r in runs:
-        p99, ttft = percentile(r.decode_gaps_s, 99), statistics.median(r.hit_ttft_s)
-        print(
-            f"{r.name:<12}{p99 * 1e3:>12.1f}{p99 / percentile(base.decode_gaps_s, 99):>10.2f}"
-            f"{max(r.decode_gaps_s, default=float('nan')) * 1e3:>12.1f}{ttft * 1e3:>17.1f}"
-            f"{ttft / statistics.median(base.hit_ttft_s):>10.2f}{max(r.hit_ttft_s) * 1e3:>17.1f}{r.storage_tokens:>12}"
-        )
+    doc = {"device": args.device, "decoders": args.decoders, "decode_tokens": args.decode_tokens, "hits": args.hits,
+           "hit_pages": args.hit_pages, "hit_interval_s": args.hit_interval_s, "read_delay_s": delay,
+           "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]}, "runs": [asdict(r) for r in runs]}
+    rendered = render_concurrent(doc)
+    print(rendered["setting"] + "\n\n" + rendered["table"])
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2))
+    if args.update_doc:
+        doc_blocks.update_file(args.update_doc, "decode-gap", rendered)
     short = [r.name for r in runs if not r.decoders_outlasted]
     if short:
         print(f"note: decoders ended before the last hit in {short}: raise --decode-tokens for a full window")
@@ -261,7 +286,18 @@ def main() -> int:
     concurrent.add_argument("--hit-pages", type=int, default=32, help="pages of each SSD-hit prefix (16 tokens each)")
     concurrent.add_argument("--hit-interval-s", type=float, default=0.5)
     concurrent.add_argument("--read-delay-s", type=float, default=None, help="seconds per store read (CPU default 0.1)")
+    concurrent.add_argument("--json", type=Path, default=None, help="write every run's raw records as JSON here")
+    concurrent.add_argument("--update-doc", type=Path, default=None, metavar="MD",
+                            help="rewrite MD's <!-- decode-gap:NAME --> blocks from --json (README.md)")
+    concurrent.add_argument("--render-only", action="store_true", help="serve nothing: --update-doc from an existing --json")
     args = ap.parse_args()
+    if (args.update_doc or args.render_only) and not (args.json and args.scenario == "concurrent"):
+        ap.error("--update-doc and --render-only need --scenario concurrent and --json")
+    if args.render_only:
+        if not args.update_doc:
+            ap.error("--render-only needs --update-doc")
+        doc_blocks.update_file(args.update_doc, "decode-gap", render_concurrent(json.loads(args.json.read_text())))
+        return 0
 
     model = args.model or build(FULL_ATTENTION, Path("models"))
     if args.scenario == "concurrent":

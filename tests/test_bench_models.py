@@ -69,10 +69,10 @@ def test_checkpoint_bytes_agree_with_the_reload_benchmarks_pools(tmp_path: Path)
 
 def test_store_read_and_table_report_the_ratio_to_prefill(tmp_path: Path) -> None:
     geometry = geometry_of(bench_config(HYBRID_BENCH))
-    read = bench_models.store_read_ms(geometry, [32], repeats=1, directory=str(tmp_path))
-    assert read[32] > 0
+    read = bench_models.store_read_s(geometry, [32], repeats=1, directory=str(tmp_path))
+    assert len(read[32]) == 1 and read[32][0] > 0
     row = bench_models.Row(HYBRID_BENCH, 32, geometry.bytes_per_token, geometry.page_bytes(16),
-                           geometry.gdn.state_bytes, prefill_ms=50 * read[32], store_read_ms=read[32])
+                           geometry.gdn.state_bytes, prefill_s=[50 * read[32][0]], store_read_s=read[32])
     table = bench_models.markdown([row])
     assert "| prefill / read |" in table.splitlines()[0]
     assert table.splitlines()[2].endswith("| 50.0 |")
@@ -95,6 +95,9 @@ def test_bench_models_serves_chat_and_prints_the_ratio_table(tiny_model: Path, t
     printed = capsys.readouterr().out
     assert code == 0
     assert "chat reply" in printed and "| prefill / read |" in printed
-    (row,) = json.loads(out.read_text())["rows"]
+    doc = json.loads(out.read_text())
+    (row,) = doc["rows"]
     assert row["tokens"] == 32 and row["kv_bytes_per_token"] == 256
-    assert row["prefill_ms"] > 0 and row["ratio"] == pytest.approx(row["prefill_ms"] / row["store_read_ms"])
+    assert len(row["prefill_s"]) == len(row["store_read_s"]) == 1 and row["prefill_s"][0] > 0
+    assert doc["repeats"] == 1 and set(doc["load_average_1min"]) == {"start", "end"}
+    assert "x the store read" in bench_models.render(doc)["summary"]

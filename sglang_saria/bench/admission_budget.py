@@ -12,6 +12,10 @@ duplicate and the oracle bound. Then two checks, stated as met or unmet per sett
 
     saria-admission-budget --json docs/data/admission.json --plot docs/admission.png
     saria-admission-budget --sessions 40 --loads 6500 --models qwen3-8b   # a quick look
+    saria-admission-budget --render-only --json docs/data/admission.json --update-doc docs/admission.md
+
+``--update-doc`` writes the two tables into a doc's ``<!-- admission-budget:NAME -->`` blocks
+(``checks``, ``rows``) from the JSON (``--render-only``: from one written earlier, or merged).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from tqdm import tqdm
 
+from sglang_saria.bench import doc_blocks
 from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
@@ -124,6 +130,11 @@ def format_checks(rows: list[dict]) -> str:
                      for c in rows])
 
 
+def render(doc: dict) -> dict[str, str]:
+    """A doc's generated blocks from a ``--json`` file: the checks and every policy's row."""
+    return {"checks": format_checks(doc["checks"]), "rows": format_rows(doc["rows"])}
+
+
 def plot(rows: list[dict], path: str) -> None:
     """Writes against mean TTFT, one panel per (workload, model), one marker per load."""
     from sglang_saria.replay.plot import pyplot, save_figure
@@ -157,7 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", dest="json_path")
     p.add_argument("--plot")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--update-doc", metavar="MD", help="rewrite MD's <!-- admission-budget:NAME --> blocks from --json")
+    p.add_argument("--render-only", action="store_true", help="replay nothing: --update-doc from an existing --json")
     args = p.parse_args(argv)
+    if (args.update_doc or args.render_only) and not args.json_path:
+        p.error("--update-doc and --render-only need --json (the doc is rendered from that file)")
+    if args.render_only:
+        if not args.update_doc:
+            p.error("--render-only needs --update-doc")
+        with open(args.json_path) as fh:
+            doc_blocks.update_file(Path(args.update_doc), "admission-budget", render(json.load(fh)))
+        return 0
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         p.error(f"--workloads: unknown {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
@@ -173,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         with open(args.json_path, "w") as fh:
             json.dump({"sessions": args.sessions, "dwpd": args.dwpd, "rows": rows, "checks": found}, fh, indent=2)
+    if args.update_doc:
+        doc_blocks.update_file(Path(args.update_doc), "admission-budget", render({"rows": rows, "checks": found}))
     if args.plot:
         plot(rows, args.plot)
     return 0

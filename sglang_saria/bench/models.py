@@ -18,16 +18,20 @@ this machine as it does on a GPU with a real model. This script checks that, per
 
 Every time is the median of --repeats, after one unmeasured run per prompt length; the ratio
 is formed from the two medians of the same run. Before measuring, one chat request checks
-that the server serves the model through the OpenAI endpoint.
+that the server serves the model through the OpenAI endpoint. ``--json`` keeps every timed
+run (the raw records); ``--update-doc`` renders docs/bench-models.md's table and summary
+(``<!-- bench-models:NAME -->``) from that JSON, ``--render-only`` from one committed earlier.
 
-    saria-bench-models [--lengths 512 2048] [--repeats 3] [--json out.json]
+    saria-bench-models [--lengths 512 2048] [--repeats 3] [--json out.json] [--update-doc MD]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
 import shutil
 import sys
 import tempfile
@@ -36,7 +40,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sglang_saria.gpukit.timing import median_seconds
+from sglang_saria.bench import doc_blocks
+from sglang_saria.gpukit.timing import sample_seconds
 from sglang_saria.launcher import SGLangServer, ServerConfig
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.buffers import aligned_empty
@@ -51,15 +56,23 @@ HYBRID_ARGS = ["--max-mamba-cache-size", "8", "--max-running-requests", "2"]
 
 @dataclass
 class Row:
-    """One model at one prompt length; times are medians (ms)."""
+    """One model at one prompt length: every timed run (s), the table's figures their medians (ms)."""
 
     model: str
     tokens: int
     kv_bytes_per_token: int
     page_bytes: int
     state_bytes: int  # the hybrid's GDN checkpoint, read with the pages; 0 for full attention
-    prefill_ms: float
-    store_read_ms: float
+    prefill_s: list[float]
+    store_read_s: list[float]
+
+    @property
+    def prefill_ms(self) -> float:
+        return 1e3 * statistics.median(self.prefill_s)
+
+    @property
+    def store_read_ms(self) -> float:
+        return 1e3 * statistics.median(self.store_read_s)
 
     @property
     def prefill_ms_per_token(self) -> float:
@@ -100,8 +113,8 @@ def ttft_s(server: SGLangServer, prompt: list[int]) -> float:
     return result.first_token_at - result.sent
 
 
-def prefill_ms(model: Path, lengths: list[int], repeats: int, threads: int, log: Path) -> dict[int, float]:
-    """Median TTFT (ms) per prompt length of a fresh server of ``model``."""
+def prefill_s(model: Path, lengths: list[int], repeats: int, threads: int, log: Path) -> dict[int, list[float]]:
+    """TTFTs (s) per prompt length of a fresh server of ``model``, ``repeats`` each."""
     rng = random.Random(0)
     prompt = lambda n: [rng.randrange(1, 1000) for _ in range(n)]  # noqa: E731
     config = ServerConfig(model, args=server_args(kv_geometry(model), lengths, model_dtype(model)), log_path=log,
@@ -110,13 +123,13 @@ def prefill_ms(model: Path, lengths: list[int], repeats: int, threads: int, log:
     with SGLangServer(config) as server:
         tqdm.write(f"{model.name}: chat reply {chat_once(server)!r}")
         for n in tqdm(lengths, desc=f"{model.name} prefill", unit="len", leave=False):
-            out[n] = 1e3 * median_seconds(lambda: ttft_s(server, prompt(n)), repeats, cuda=False)
+            out[n] = sample_seconds(lambda: ttft_s(server, prompt(n)), repeats, cuda=False)
     return out
 
 
 # ---------------------------------------------------------------- store read (real files)
-def store_read_ms(geometry: KVGeometry, lengths: list[int], repeats: int, directory: str) -> dict[int, float]:
-    """Median time (ms) to read each length's pages (+ the hybrid's checkpoint) from a fresh store."""
+def store_read_s(geometry: KVGeometry, lengths: list[int], repeats: int, directory: str) -> dict[int, list[float]]:
+    """Times (s) to read each length's pages (+ the hybrid's checkpoint) from a fresh store, ``repeats`` each."""
     page = geometry.page_bytes(PAGE)
     state = geometry.gdn.state_bytes if geometry.gdn else 0
     total = sum(n // PAGE * page + state for n in lengths)
@@ -134,7 +147,7 @@ def store_read_ms(geometry: KVGeometry, lengths: list[int], repeats: int, direct
             def read() -> None:
                 assert all(f.result().ok for f in store.get_batch(keys, bufs))
 
-            out[n] = 1e3 * median_seconds(read, repeats, cuda=False)
+            out[n] = sample_seconds(read, repeats, cuda=False)
     return out
 
 
@@ -154,17 +167,43 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines + ["| " + " | ".join(cells(r)) + " |" for r in rows])
 
 
-def to_json(rows: list[Row], args: argparse.Namespace) -> dict:
-    return {
-        "repeats": args.repeats, "threads": args.threads, "page_size": PAGE,
-        "rows": [asdict(r) | {"prefill_ms_per_token": r.prefill_ms_per_token, "ratio": r.ratio} for r in rows],
-    }
+def to_json(rows: list[Row], args: argparse.Namespace, load: tuple[float, float]) -> dict:
+    """The run's setting and raw records: every timed run per row (the doc recomputes from these)."""
+    return {"repeats": args.repeats, "threads": args.threads, "page_size": PAGE, "min_ratio": args.min_ratio,
+            "load_average_1min": {"start": load[0], "end": load[1]}, "rows": [asdict(r) for r in rows]}
+
+
+def rows_of(doc: dict) -> list[Row]:
+    return [Row(**r) for r in doc["rows"]]
+
+
+def _span(values: list[float], fmt: str) -> str:
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def summary(doc: dict) -> str:
+    """The sentence docs/bench-models.md (and the README) quote: the ratio range, per model the
+    prefill per token."""
+    rows = rows_of(doc)
+    per_model = "; ".join(
+        f"{_span([r.prefill_ms_per_token for r in rows if r.model == m], '.2f')} ms of prefill per token for `{m}`"
+        for m in dict.fromkeys(r.model for r in rows))
+    return (f"Prefill costs {_span([r.ratio for r in rows], '.0f')}x the store read of the same tokens' KV "
+            f"(required: >= {doc['min_ratio']:g}): {per_model} (medians of {doc['repeats']}, "
+            f"1-minute load average {doc['load_average_1min']['start']:.1f} at the start, "
+            f"{doc['load_average_1min']['end']:.1f} at the end).")
+
+
+def render(doc: dict) -> dict[str, str]:
+    """docs/bench-models.md's generated blocks from a ``--json`` file."""
+    return {"table": markdown(rows_of(doc)), "summary": summary(doc)}
 
 
 def measure(model: Path, args: argparse.Namespace, work: Path) -> list[Row]:
     geometry = kv_geometry(model)
-    read = store_read_ms(geometry, args.lengths, args.repeats, str(work))
-    prefill = prefill_ms(model, args.lengths, args.repeats, args.threads, work / f"{model.name}.log")
+    read = store_read_s(geometry, args.lengths, args.repeats, str(work))
+    prefill = prefill_s(model, args.lengths, args.repeats, args.threads, work / f"{model.name}.log")
     state = geometry.gdn.state_bytes if geometry.gdn else 0
     return [Row(model.name, n, geometry.bytes_per_token, geometry.page_bytes(PAGE), state, prefill[n], read[n])
             for n in args.lengths]
@@ -179,8 +218,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=2, help="OMP threads of the server (default 2: the whole 2-core box)")
     ap.add_argument("--min-ratio", type=float, default=10.0, help="fail unless prefill / store read reaches this (default 10)")
     ap.add_argument("--dir", type=Path, default=None, help="parent of the private work dir (store files, server logs)")
-    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON here")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows, every timed run, as JSON here")
+    ap.add_argument("--update-doc", type=Path, default=None, metavar="MD",
+                    help="rewrite MD's <!-- bench-models:NAME --> blocks from --json (docs/bench-models.md)")
+    ap.add_argument("--render-only", action="store_true", help="measure nothing: --update-doc from an existing --json")
     args = ap.parse_args(argv)
+    if (args.update_doc or args.render_only) and not args.json:
+        ap.error("--update-doc and --render-only need --json (the doc is rendered from that file)")
+    if args.render_only and not args.update_doc:
+        ap.error("--render-only needs --update-doc")
     if min(args.lengths) < PAGE or any(n % PAGE for n in args.lengths):
         ap.error(f"--lengths must be positive multiples of the page size {PAGE}")
     if args.repeats < 1 or args.threads < 1:
@@ -193,6 +239,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render_only:
+        doc_blocks.update_file(args.update_doc, "bench-models", render(json.loads(args.json.read_text())))
+        return 0
+    load_start = os.getloadavg()[0]
     models = args.models or [build(name, Path("models")) for name in (FULL_ATTENTION_BENCH, HYBRID_BENCH)]
     work = Path(tempfile.mkdtemp(prefix="saria-bench-models-", dir=args.dir))
     try:
@@ -203,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
           f"page {PAGE} tokens, medians of {args.repeats}\n")
     print(markdown(rows))
     if args.json:
-        args.json.write_text(json.dumps(to_json(rows, args), indent=2))
+        args.json.write_text(json.dumps(to_json(rows, args, (load_start, os.getloadavg()[0])), indent=2))
+    if args.update_doc:
+        doc_blocks.update_file(args.update_doc, "bench-models", render(json.loads(args.json.read_text())))
     low = [r for r in rows if r.ratio < args.min_ratio]
     for r in low:
         print(f"FAIL: {r.model} at {r.tokens} tokens: prefill / read = {r.ratio:.1f} < {args.min_ratio:g}")

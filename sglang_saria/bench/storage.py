@@ -3,14 +3,17 @@
 Raw baseline: fio (direct=1) when installed, else dd with oflag=direct / iflag=direct,
 on a file in the same directory. Store: 4 MiB objects (one slot each) written with
 put_batch and read with get_batch into aligned buffers (zero copy, O_DIRECT).
-Every figure is the median of --repeats runs; ratios are store / raw.
+Every figure is the median of --repeats runs (a one-object latency: of every call of every
+run); ratios are store / raw. ``--json`` keeps every run's figures (the raw records);
+``--update-doc`` renders docs/bench-models.md's blocks ``<!-- bench-storage:NAME -->`` from
+that JSON, ``--render-only`` from one committed earlier.
 
 `--model DIR` sizes the objects as that model's stored KV pages (one page of 16 tokens x
 its full-attention layers' K and V, from its config.json: 256 KiB for `make bench-models`'
 models), the size the server's store reads and writes; the raw baselines use the same size.
 
     saria-bench-storage --dir /mnt/nvme0/bench [--dir2 /mnt/nvme1/bench] --json out.json
-    saria-bench-storage --model models/qwen3-bench --size 256MiB
+    saria-bench-storage --model models/qwen3-bench --size 256MiB --json out.json --update-doc docs/bench-models.md
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
+from sglang_saria.bench import doc_blocks
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 from sglang_saria.storage.buffers import aligned_empty
 from sglang_saria.storage.config import StoreConfig
@@ -119,8 +123,8 @@ def raw_parallel_gbps(directory: str, size: int, bs: int, threads: int) -> Dict[
         os.unlink(path)
 
 
-def raw_latency_s(directory: str, bs: int, n: int) -> Dict[str, float]:
-    """One O_DIRECT pwrite/pread of one object: the floor under the store's latency."""
+def raw_latency_s(directory: str, bs: int, n: int) -> Dict[str, List[float]]:
+    """``n`` O_DIRECT pwrites, then preads, of one object each (s): the floor under the store's latency."""
     path = os.path.join(directory, "lat.bin")
     buf = aligned_empty(bs)
     buf[:] = 7
@@ -135,7 +139,7 @@ def raw_latency_s(directory: str, bs: int, n: int) -> Dict[str, float]:
             t = time.perf_counter()
             os.preadv(fd, [buf], i * bs)
             r.append(time.perf_counter() - t)
-        return {"write": statistics.median(w), "read": statistics.median(r)}
+        return {"write": w, "read": r}
     finally:
         os.close(fd)
         os.unlink(path)
@@ -162,7 +166,8 @@ def _timed(fn: Callable[[], None], nbytes: int) -> float:
     return nbytes / (time.perf_counter() - t) / 1e9
 
 
-def store_gbps(dirs: List[str], size: int, obj: int, threads: int) -> Dict[str, float]:
+def store_gbps(dirs: List[str], size: int, obj: int, threads: int) -> Dict[str, object]:
+    """GB/s per phase (write, read, randread, randwrite) and 15 one-object put/get times (s)."""
     n = size // obj
     data = [aligned_empty(obj) for _ in range(min(n, 16))]
     for i, d in enumerate(data):
@@ -197,7 +202,7 @@ def store_gbps(dirs: List[str], size: int, obj: int, threads: int) -> Dict[str, 
             t = time.perf_counter()
             assert store.get(f"lat{i}", dests[0]).ok
             lat_r.append(time.perf_counter() - t)
-        out["lat_write"], out["lat_read"] = statistics.median(lat_w), statistics.median(lat_r)
+        out["lat_write"], out["lat_read"] = lat_w, lat_r
         return out
     finally:
         store.close()
@@ -205,8 +210,53 @@ def store_gbps(dirs: List[str], size: int, obj: int, threads: int) -> Dict[str, 
             shutil.rmtree(d, ignore_errors=True)
 
 
-def median_of(runs: List[Dict[str, float]]) -> Dict[str, float]:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def median_of(runs: List[Dict[str, object]]) -> Dict[str, float]:
+    """Per figure, the median over runs; a list of timed calls (latency) pools every run's calls."""
+    return {k: statistics.median([x for r in runs for x in r[k]] if isinstance(runs[0][k], list) else [r[k] for r in runs])
+            for k in runs[0]}
+
+
+def figures(doc: dict) -> Dict[str, Dict[str, float]]:
+    """The medians the tables print, from a ``to_json`` record."""
+    return {name: median_of(runs) for name, runs in doc["runs"].items()}
+
+
+def _span(values: List[float]) -> str:
+    lo, hi = f"{min(values):.2f}", f"{max(values):.2f}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def render(doc: dict) -> Dict[str, str]:
+    """The tables and the summary sentence, from a ``to_json`` record (docs/bench-models.md's blocks)."""
+    f = figures(doc)
+    s1, raw, qd, lat, s2 = f["store"], f["raw"], f["raw_qd"], f["raw_latency"], f["store_2dirs"]
+    q = f"raw-qd{doc['threads']}"
+    rows = [
+        [name, f"{s1[a]:.3f}", f"{raw[b]:.3f}", f"{s1[a] / raw[b]:.2f}", f"{qd[b]:.3f}", f"{s1[a] / qd[b]:.2f}"]
+        for name, a, b in (("seq write GB/s", "write", "write"), ("seq read GB/s", "read", "read"),
+                           ("rand write GB/s", "randwrite", "write"), ("rand read GB/s", "randread", "randread"))
+    ] + [
+        [name, f"{s1[a] * 1e3:.3f}", f"{lat[b] * 1e3:.3f}", f"{s1[a] / lat[b]:.2f}", "", ""]
+        for name, a, b in (("1-object write ms", "lat_write", "write"), ("1-object read ms", "lat_read", "read"))
+    ]
+    table = md_table(["metric", "store", "raw", "store/raw", q, f"store/{q}"], rows)
+    stripe = md_table(["metric", "2 dirs", "1 dir", "2 dirs / 1 dir"], [
+        [name, f"{s2[k]:.3f}", f"{s1[k]:.3f}", f"{s2[k] / s1[k]:.2f}"]
+        for name, k in (("seq read GB/s", "read"), ("seq write GB/s", "write"), ("rand read GB/s", "randread"))])
+    reads = [s1["read"] / raw["read"], s1["read"] / qd["read"], s1["randread"] / raw["randread"], s1["randread"] / qd["randread"]]
+    writes = [s1["write"] / raw["write"], s1["write"] / qd["write"], s1["randwrite"] / raw["write"], s1["randwrite"] / qd["write"]]
+    load = doc["load_average_1min"]
+    summary = (f"At one page per object the store reaches {_span(reads)} of the raw device on reads and "
+               f"{_span(writes)} on writes (against both raw baselines; medians of {doc['repeats']}, 1-minute "
+               f"load average {load['start']:.1f} at the start, {load['end']:.1f} at the end). Striping over two "
+               f"dirs{' on this one disk' if doc['same_device'] else ''} gave {s2['read'] / s1['read']:.2f}x (seq read), "
+               f"{s2['write'] / s1['write']:.2f}x (seq write), {s2['randread'] / s1['randread']:.2f}x (rand read).")
+    return {"table": table, "stripe": stripe, "summary": summary}
+
+
+def md_table(head: List[str], rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def object_size(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Tuple[int, str]:
@@ -242,8 +292,17 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, int, int,
     sizes.add_argument("--model", type=Path, default=None, help="objects of one KV page of this model dir (its config.json)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=4, help="store read and write threads")
-    ap.add_argument("--json", default=None, help="write the summary JSON here")
+    ap.add_argument("--json", default=None, help="write every run's figures (the raw records) as JSON here")
+    ap.add_argument("--update-doc", type=Path, default=None, metavar="MD",
+                    help="rewrite MD's <!-- bench-storage:NAME --> blocks from --json (docs/bench-models.md)")
+    ap.add_argument("--render-only", action="store_true", help="measure nothing: --update-doc from an existing --json")
     args = ap.parse_args(argv)
+    if (args.update_doc or args.render_only) and not args.json:
+        ap.error("--update-doc and --render-only need --json (the doc is rendered from that file)")
+    if args.render_only:
+        if not args.update_doc:
+            ap.error("--render-only needs --update-doc")
+        return args, 0, 0, ""
 
     from sglang_saria.units import parse_bytes
 
@@ -258,71 +317,47 @@ def parse_args(argv: Optional[List[str]]) -> Tuple[argparse.Namespace, int, int,
 
 def main(argv: Optional[List[str]] = None) -> int:
     args, size, obj, described = parse_args(argv)
+    if args.render_only:
+        with open(args.json) as f:
+            doc_blocks.update_file(args.update_doc, "bench-storage", render(json.load(f)))
+        return 0
+    load_start = os.getloadavg()[0]
     base = args.dir or tempfile.mkdtemp(prefix="saria-bench-", dir="/tmp")
     os.makedirs(base, exist_ok=True)
     second = args.dir2 or os.path.join(base, "second")
     tool = "fio" if shutil.which("fio") else "dd"
     one, two = [os.path.join(base, "s1")], [os.path.join(base, "s2a"), os.path.join(second, "s2b")]
 
-    raw_runs, qd_runs, lat_runs, s1_runs, s2_runs = [], [], [], [], []
+    runs: Dict[str, list] = {"raw": [], "raw_qd": [], "raw_latency": [], "store": [], "store_2dirs": []}
     with tqdm(total=args.repeats * 3, desc="bench", unit="phase") as bar:
         for _ in range(args.repeats):
-            raw_runs.append(raw_gbps(base, size, obj, tool))
-            qd_runs.append(raw_parallel_gbps(base, size, obj, args.threads))
-            lat_runs.append(raw_latency_s(base, obj, 15))
+            runs["raw"].append(raw_gbps(base, size, obj, tool))
+            runs["raw_qd"].append(raw_parallel_gbps(base, size, obj, args.threads))
+            runs["raw_latency"].append(raw_latency_s(base, obj, 15))
             bar.update()
-            s1_runs.append(store_gbps(one, size, obj, args.threads))
+            runs["store"].append(store_gbps(one, size, obj, args.threads))
             bar.update()
-            s2_runs.append(store_gbps(two, size, obj, args.threads))
+            runs["store_2dirs"].append(store_gbps(two, size, obj, args.threads))
             bar.update()
-    raw, qd, lat = median_of(raw_runs), median_of(qd_runs), median_of(lat_runs)
-    s1, s2 = median_of(s1_runs), median_of(s2_runs)
-
-    rows = [
-        ("seq write GB/s", s1["write"], raw["write"], qd["write"]),
-        ("seq read GB/s", s1["read"], raw["read"], qd["read"]),
-        ("rand write GB/s", s1["randwrite"], raw["write"], qd["write"]),
-        ("rand read GB/s", s1["randread"], raw["randread"], qd["randread"]),
-    ]
-    q = f"raw-qd{args.threads}"
-    print(
-        f"\nSaria store vs raw device, {described}, {size / 2**30:.2f} GiB per phase, "
-        f"median of {args.repeats}; raw = {tool} (direct, 1 stream), {q} = O_DIRECT from "
-        f"{args.threads} threads (the store's queue depth)"
-    )
-    print(f"{'metric':<20}{'store':>9}{'raw':>9}{'store/raw':>11}{q:>10}{'store/' + q:>17}")
-    for name, s, r, p in rows:
-        print(f"{name:<20}{s:>9.3f}{r:>9.3f}{s / r:>11.2f}{p:>10.3f}{s / p:>17.2f}")
-    for name, s, r in [
-        ("1-object write ms", s1["lat_write"], lat["write"]),
-        ("1-object read ms", s1["lat_read"], lat["read"]),
-    ]:
-        print(f"{name:<20}{s * 1e3:>9.3f}{r * 1e3:>9.3f}{s / r:>11.2f}   (raw = one O_DIRECT call)")
-    stripe = s2["read"] / s1["read"]
-    print(f"\nstriping, 2 dirs vs 1 ({two[0]} + {two[1]}):")
-    print(f"{'metric':<20}{'2 dirs':>10}{'1 dir':>10}{'speed-up':>11}")
-    for name, k in [("seq read GB/s", "read"), ("seq write GB/s", "write"), ("rand read GB/s", "randread")]:
-        print(f"{name:<20}{s2[k]:>10.3f}{s1[k]:>10.3f}{s2[k] / s1[k]:>11.2f}")
     same_dev = os.stat(base).st_dev == os.stat(second if os.path.exists(second) else base).st_dev
+    doc = {"object_bytes": obj, "objects": described, "model": str(args.model) if args.model else None,
+           "size_bytes": size, "repeats": args.repeats, "threads": args.threads, "raw_tool": tool,
+           "same_device": same_dev, "load_average_1min": {"start": load_start, "end": os.getloadavg()[0]}, "runs": runs}
+    tables = render(doc)
+    print(f"\nSaria store vs raw device, {described}, {size / 2**30:.2f} GiB per phase, median of {args.repeats}; "
+          f"raw = {tool} (direct, 1 stream), raw-qd{args.threads} = O_DIRECT from {args.threads} threads "
+          f"(the store's queue depth), 1-object raw = one O_DIRECT call\n")
+    print(tables["table"])
+    print(f"\nstriping, 2 dirs vs 1 ({two[0]} + {two[1]}):\n")
+    print(tables["stripe"])
     if same_dev:
-        print(
-            "note: both striping dirs are on one device here, so the speed-up shows overhead, not a 2nd SSD"
-        )
-
-    summary = {
-        "object_bytes": obj,
-        "model": str(args.model) if args.model else None,
-        "read_vs_raw": s1["read"] / raw["read"],
-        "write_vs_raw": s1["write"] / raw["write"],
-        "read_gbps": s1["read"],
-        "write_gbps": s1["write"],
-        "raw_read_gbps": raw["read"],
-        "raw_write_gbps": raw["write"],
-        "stripe_speedup": stripe,
-    }
+        print("note: both striping dirs are on one device here, so the speed-up shows overhead, not a 2nd SSD")
+    print("\n" + tables["summary"])
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(summary, f, indent=2)
+            json.dump(doc, f, indent=2)
+    if args.update_doc:
+        doc_blocks.update_file(args.update_doc, "bench-storage", tables)
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -92,14 +92,20 @@ class Setup:
     placement: str | None = None  # a hybrid's GDN states ("grid", "sglang"); None: the Runner's
 
 
+# Where a hybrid's GDN states sit unless a run says otherwise: where SGLang 0.5.23 keeps them (each
+# prefill chunk's end and a hit's branching point), as the server the replay stands for does; "grid"
+# is the paper's state every 16,384 tokens, for the comparisons that need the paper's own model.
+DEFAULT_PLACEMENT = "sglang"
+
+
 class Runner:
     """Replays setups, caching loaded traces and results (figures share baselines)."""
 
-    def __init__(self, progress: bool, placement: str = "grid") -> None:
+    def __init__(self, progress: bool, placement: str = DEFAULT_PLACEMENT) -> None:
         self._traces: dict[tuple, list] = {}
         self._results: dict[Setup, dict] = {}
         self.progress = progress
-        self.placement = placement  # of a Setup that names none: the paper's grid, or SGLang's ("sglang")
+        self.placement = placement  # of a Setup that names none: SGLang's ("sglang") or the paper's grid
 
     def resolve(self, s: Setup) -> Setup:
         """``s`` as replayed: its placement set, the rule shared where it changes nothing."""

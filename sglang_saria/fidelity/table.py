@@ -34,8 +34,8 @@ from tqdm import tqdm
 
 from sglang_saria.config import AdmissionConfig, BandwidthConfig, MetadataConfig, SariaConfig
 from sglang_saria.fidelity.figures import PAPER_FIGURES
-from sglang_saria.fidelity.runs import (MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row, Runner, Setup, format_grades,
-                                        format_rows, rel, rel_same)
+from sglang_saria.fidelity.runs import (DEFAULT_PLACEMENT, MODELS, NOMINAL_TPS, PAPER_FD_WRITES_MAX_C, WEKA, Row,
+                                        Runner, Setup, format_grades, format_rows, rel, rel_same)
 from sglang_saria.mem_cache.coordinator import TransferCoordinator
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
@@ -248,7 +248,7 @@ class WriteHistory:
 
 
 def mechanism(sessions: int | None, model: str = "qwen3.5-9b", thetas: tuple[int, ...] = (2, 3),
-              placement: str = "grid") -> list[dict]:
+              placement: str = DEFAULT_PLACEMENT) -> list[dict]:
     """Why writes rise with theta_E: rewrites, eviction counts at write, orphan writes, GPU load."""
     import statistics
 
@@ -306,7 +306,7 @@ DOC_TABLES: dict[str, Callable[[dict], str]] = {
     "mechanism": lambda doc: format_mechanism(doc["mechanism"]),
 }
 # a run's tables are marked ``<!-- PREFIX:NAME -->``: "fidelity" for docs/data/fidelity.json's, others for
-# other runs of the script (e.g. "fidelity-sglang": the same replays with SGLang's GDN state placement)
+# other runs of the script (e.g. "fidelity-grid": the same replays with the paper's grid of GDN states)
 DOC_PREFIX = "fidelity"
 
 
@@ -343,8 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="--update-doc rewrites the tables marked <!-- PREFIX:NAME --> (default: fidelity)")
     p.add_argument("--render-only", action="store_true",
                    help="replay nothing: rewrite --update-doc's tables from an existing --json file")
-    p.add_argument("--placement", choices=("grid", "sglang"), default="grid",
-                   help="a hybrid's GDN states: the paper's grid (every 16,384 tokens), or where SGLang 0.5.23 keeps them")
+    p.add_argument("--placement", choices=("grid", "sglang"), default=DEFAULT_PLACEMENT,
+                   help="a hybrid's GDN states: where SGLang 0.5.23 keeps them (sglang, the default), or the paper's "
+                        "grid (every 16,384 tokens)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:

@@ -14,6 +14,13 @@ def median_seconds(
 ) -> float:
     """Median of ``repeats`` timed calls after ``warmup`` untimed ones (first CUDA launches compile);
     ``before`` runs untimed ahead of each call (e.g. dropping the page cache)."""
+    return statistics.median(sample_seconds(fn, repeats, cuda, warmup, before))
+
+
+def sample_seconds(
+    fn: Callable[[], object], repeats: int, cuda: bool, warmup: int = 1, before: Callable[[], object] | None = None
+) -> list[float]:
+    """The ``repeats`` timed calls of ``median_seconds``, each one: the raw records a benchmark keeps."""
     for _ in range(warmup):
         fn()
     times = []
@@ -27,7 +34,7 @@ def median_seconds(
         if cuda:
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
 
 
 def gbps(nbytes: int, seconds: float) -> float:

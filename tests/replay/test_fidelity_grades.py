@@ -29,14 +29,14 @@ def doc_counts(md: str, prefix: str = "fidelity") -> dict[str, int]:
         [c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:])}
 
 
-@pytest.mark.parametrize(("data", "prefix"), [("fidelity.json", "fidelity"), ("fidelity-sglang.json", "fidelity-sglang")])
+@pytest.mark.parametrize(("data", "prefix"), [("fidelity.json", "fidelity"), ("fidelity-grid.json", "fidelity-grid")])
 def test_the_docs_grade_counts_are_the_jsons_raw_values_recounted(data, prefix):
     doc = json.loads((DOCS / "data" / data).read_text())
     assert doc_counts((DOCS / "fidelity.md").read_text(), prefix) == recount(doc["rows"])
 
 
 def test_sglangs_placement_changes_only_the_hybrid_rows_and_the_anchor_set():
-    grid, sglang = (json.loads((DOCS / "data" / f).read_text()) for f in ("fidelity.json", "fidelity-sglang.json"))
+    grid, sglang = (json.loads((DOCS / "data" / f).read_text()) for f in ("fidelity-grid.json", "fidelity.json"))
     assert (grid.get("placement", "grid"), sglang["placement"]) == ("grid", "sglang")
     assert [r["claim"] for r in grid["rows"]] == [r["claim"].replace(f"anchor: {sglang['anchor_sessions']} ", f"anchor: {grid['anchor_sessions']} ")
                                                  for r in sglang["rows"]]

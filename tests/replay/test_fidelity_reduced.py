@@ -34,3 +34,14 @@ def test_a_reduced_run_has_the_committed_shape_and_signs(tmp_path, shared_dir, p
             assert r["replay"] < 0, r["claim"]  # the robust rule's E3 never out-writes full duplicate
     for t in got["e3_target"]:
         assert t["met"] == (t["e3_vs_fd"] <= 0.5 and t["e3_char"] >= 0.93)
+
+
+@pytest.mark.parametrize("data", ["fidelity.json", "fidelity-grid.json"])
+def test_the_anchor_is_its_rule_on_the_real_traces(shared_dir, data):
+    """The committed K is what the anchor rule gives when it scans the real WEKA traces now (full
+    duplicate's replays at K = 10, 20, ... under the run's placement; about 20 s each here)."""
+    from sglang_saria.fidelity.runs import Runner
+
+    committed = json.loads((DOCS / "data" / data).read_text())
+    run = Runner(progress=False, placement=committed.get("placement", "grid"))
+    assert fidelity.anchor_sessions(run, committed["sessions"]) == committed["anchor_sessions"]

@@ -32,7 +32,7 @@ def test_each_anchor_is_its_rule_applied_to_the_scanned_writes():
         k = scan[-1][0] - 10 if scan[-1][1] > BOUND_C else scan[-1][0]  # stopped at the first K above the bound
         assert got["anchor"] == k > 0, placement
     # each placement's saria-fidelity run found the same anchor and the same full duplicate
-    for placement, name in (("grid", "fidelity.json"), ("sglang", "fidelity-sglang.json")):
+    for placement, name in (("grid", "fidelity-grid.json"), ("sglang", "fidelity.json")):
         fidelity = json.loads((DOCS / "data" / name).read_text())
         got = data["placements"][placement]
         assert got["anchor"] == fidelity["anchor_sessions"]

@@ -33,8 +33,10 @@ def test_bench_storage_runs_at_the_model_page_size(tmp_path: Path, capsys: pytes
     assert f"512 KiB objects = one KV page of {FULL_ATTENTION_BENCH}" in printed
     assert "store/raw" in printed and "store/raw-qd4" in printed
     result = json.loads(summary.read_text())
-    assert result["object_bytes"] == PAGE_BYTES
-    assert result["read_vs_raw"] == pytest.approx(result["read_gbps"] / result["raw_read_gbps"])
+    assert result["object_bytes"] == PAGE_BYTES and result["repeats"] == 1
+    assert {k: len(v) for k, v in result["runs"].items()} == dict.fromkeys(("raw", "raw_qd", "raw_latency", "store", "store_2dirs"), 1)
+    assert len(result["runs"]["store"][0]["lat_read"]) == 15
+    assert set(bench_storage.render(result)) == {"table", "stripe", "summary"}
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -53,13 +55,17 @@ def test_bench_storage_refuses_sizes_it_cannot_run(
 
 def test_bench_reload_full_attention_rows_at_the_model_page_size(tmp_path: Path, capsys) -> None:
     model = model_dir(tmp_path, FULL_ATTENTION_BENCH)
-    bench_reload.main(["--model", str(model), "--pages", "2", "--repeats", "1", "--dir", str(tmp_path)])
+    out = tmp_path / "reload.json"
+    bench_reload.main(["--model", str(model), "--pages", "2", "--repeats", "1", "--dir", str(tmp_path), "--json", str(out)])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("page = 16 tokens x 8 layers = 0.50 MiB")
-    assert lines[1].split()[-2:] == ["staged/raw", "direct/raw"]
     assert not any(line.startswith("hybrid") for line in lines)
-    (row,) = [line.split() for line in lines[2:] if line.strip()]
-    assert row[0] == "2" and len(row) == 10
+    table = [line.strip("|").split("|") for line in lines if line.startswith("| ")]
+    assert [c.strip() for c in table[0][-2:]] == ["staged / raw", "direct / raw"]
+    (row,) = table[1:]
+    assert row[0].strip() == "2" and len(row) == 10
+    (record,) = json.loads(out.read_text())["rows"]
+    assert record["kind"] == "fa" and all(len(record[k]) == 1 for k in ("raw_s", "staged_s", "direct_s", "direct_dram_s"))
 
 
 def test_bench_reload_hybrid_rows_carry_the_model_checkpoint(tmp_path: Path, capsys) -> None:
@@ -67,8 +73,9 @@ def test_bench_reload_hybrid_rows_carry_the_model_checkpoint(tmp_path: Path, cap
     bench_reload.main(["--model", str(model), "--pages", "2", "--repeats", "1", "--dir", str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("hybrid: 8 FA layers (page 0.50 MiB) + 6 GDN layers")
-    assert lines[1].split()[-2:] == ["staged/raw", "direct/raw"]
-    (row,) = [line.split() for line in lines[2:] if line.strip()]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    assert table[0][-2:] == ["staged / raw", "direct / raw"]
+    (row,) = table[1:]
     assert row[0] == "2" and row[2] == "6.28"  # MiB of fp32 recurrent + conv state, 6 GDN layers
 
 
