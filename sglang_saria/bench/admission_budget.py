@@ -1,14 +1,14 @@
-"""``saria-admission-budget``: `auto` admission against every fixed policy, the write budget and the clairvoyant bound.
+"""``saria-admission-budget``: `loadaware` admission (the load-following threshold) against every fixed policy, the write budget and the clairvoyant bound.
 
 For each workload, model and modelled GPU speed, every policy replays the same sessions (same
-requests, same capacities; ``same_requests`` refuses anything else): ``auto``, ``auto`` with the
+requests, same capacities; ``same_requests`` refuses anything else): ``loadaware``, ``loadaware`` with the
 end-of-session hints an agent would send (``end``) and with clairvoyant return hints (``next``),
-the fixed eviction thresholds, ``budget:<DWPD>`` and ``auto:<DWPD>`` at the same rating, full
+the fixed eviction thresholds, ``budget:<DWPD>`` and ``loadaware:<DWPD>`` at the same rating, full
 duplicate and the oracle bound. Then two checks, stated as met or unmet per setting:
 
-- budget: ``auto:<DWPD>`` writes within its window, with CHAR >= the best fixed threshold that
+- budget: ``loadaware:<DWPD>`` writes within its window, with CHAR >= the best fixed threshold that
   stays within the same budget over the replayed days;
-- bound: where FD keeps CHAR >= 0.95, ``auto`` writes <= 1.5x the oracle at CHAR within 0.02 of FD's.
+- bound: where FD keeps CHAR >= 0.95, ``loadaware`` writes <= 1.5x the oracle at CHAR within 0.02 of FD's.
 
     saria-admission-budget --json docs/data/admission.json --plot docs/admission.png
     saria-admission-budget --sessions 40 --loads 6500 --models qwen3-8b   # a quick look
@@ -42,7 +42,7 @@ WORKLOADS = {"weka": f"weka:{shared_dir() / 'traces' / 'weka-cc'}", "synthetic":
 FIXED = ("eviction:E1", "eviction:E2", "eviction:E3", "eviction:E5")
 # (policy, hints) in table order; budget policies are added per rating
 POLICIES = [("none", "none"), ("full-duplicate", "none"), *[(p, "none") for p in FIXED],
-            ("auto", "none"), ("auto", "end"), ("auto", "next"), ("oracle", "none")]
+            ("loadaware", "none"), ("loadaware", "end"), ("loadaware", "next"), ("oracle", "none")]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def run_setting(s: Setting, dwpd: float, progress: bool) -> list[dict]:
     spec = get_model_spec(s.model)
     bt = spec.default_block_tokens
     sessions = apply_limits(load_trace(WORKLOADS[s.workload], bt, max_sessions=s.sessions))
-    policies = POLICIES + [(f"budget:{dwpd:g}", "none"), (f"auto:{dwpd:g}", "none")]
+    policies = POLICIES + [(f"budget:{dwpd:g}", "none"), (f"loadaware:{dwpd:g}", "none")]
     rows = []
     for policy, hints in tqdm(policies, desc=f"{s.workload} {s.model} {s.tps:.0f}", disable=not progress, leave=False):
         settings = ReplaySettings(prefill_tokens_per_s=s.tps, hints=hints, dwpd=dwpd)
@@ -93,17 +93,17 @@ def checks(rows: list[dict], dwpd: float) -> list[dict]:
     keys = sorted({(r["workload"], r["model"], r["prefill_tps"]) for r in rows})
     for key in keys:
         at = {(r["policy"], r["hints"]): r for r in rows if (r["workload"], r["model"], r["prefill_tps"]) == key}
-        fd, auto, capped = at["full-duplicate", "none"], at["auto", "none"], at[f"auto:{dwpd:g}", "none"]
+        fd, auto, capped = at["full-duplicate", "none"], at["loadaware", "none"], at[f"loadaware:{dwpd:g}", "none"]
         day_budget = dwpd  # the rating's bytes per day, in capacities
         within = [r for (p, h), r in at.items() if p in FIXED and r["peak_day_norm"] <= day_budget]
         best_fixed = max((r["char"] for r in within), default=0.0)
         out.append({
             "workload": key[0], "model": key[1], "prefill_tps": key[2],
-            "auto_budget_peak_day": capped["peak_day_norm"], "auto_budget_char": capped["char"],
+            "loadaware_budget_peak_day": capped["peak_day_norm"], "loadaware_budget_char": capped["char"],
             "best_fixed_within_char": best_fixed,
             "budget_met": capped["peak_day_norm"] <= day_budget * 1.001 and capped["char"] >= best_fixed,
-            "fd_char": fd["char"], "auto_vs_oracle": auto["vs_oracle"], "auto_char_vs_fd": auto["char_vs_fd"],
-            "auto_end_vs_oracle": at["auto", "end"]["vs_oracle"], "auto_end_char_vs_fd": at["auto", "end"]["char_vs_fd"],
+            "fd_char": fd["char"], "loadaware_vs_oracle": auto["vs_oracle"], "loadaware_char_vs_fd": auto["char_vs_fd"],
+            "loadaware_end_vs_oracle": at["loadaware", "end"]["vs_oracle"], "loadaware_end_char_vs_fd": at["loadaware", "end"]["char_vs_fd"],
             "bound_met": None if fd["char"] < 0.95 else (auto["vs_oracle"] <= 1.5 and auto["char_vs_fd"] >= -0.02),
         })
     return out
@@ -121,12 +121,12 @@ def format_checks(rows: list[dict]) -> str:
     def verdict(v):
         return "-" if v is None else ("met" if v else "**unmet**")
 
-    return md_table(["workload", "model", "tok/s", "auto:R peak day / C", "its CHAR", "best fixed within", "budget check",
-                     "FD CHAR", "auto W / oracle", "auto CHAR - FD", "+ end hints W / oracle", "CHAR - FD", "bound check"],
-                    [[c["workload"], c["model"], f"{c['prefill_tps']:,.0f}", f"{c['auto_budget_peak_day']:.2f}",
-                      f"{c['auto_budget_char']:.3f}", f"{c['best_fixed_within_char']:.3f}", verdict(c["budget_met"]),
-                      f"{c['fd_char']:.3f}", f"{c['auto_vs_oracle']:.2f}x", f"{c['auto_char_vs_fd']:+.3f}",
-                      f"{c['auto_end_vs_oracle']:.2f}x", f"{c['auto_end_char_vs_fd']:+.3f}", verdict(c["bound_met"])]
+    return md_table(["workload", "model", "tok/s", "loadaware:R peak day / C", "its CHAR", "best fixed within", "budget check",
+                     "FD CHAR", "loadaware W / oracle", "loadaware CHAR - FD", "+ end hints W / oracle", "CHAR - FD", "bound check"],
+                    [[c["workload"], c["model"], f"{c['prefill_tps']:,.0f}", f"{c['loadaware_budget_peak_day']:.2f}",
+                      f"{c['loadaware_budget_char']:.3f}", f"{c['best_fixed_within_char']:.3f}", verdict(c["budget_met"]),
+                      f"{c['fd_char']:.3f}", f"{c['loadaware_vs_oracle']:.2f}x", f"{c['loadaware_char_vs_fd']:+.3f}",
+                      f"{c['loadaware_end_vs_oracle']:.2f}x", f"{c['loadaware_end_char_vs_fd']:+.3f}", verdict(c["bound_met"])]
                      for c in rows])
 
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loads", default="6500,20000", help="modelled GPU prefill tokens/s")
     p.add_argument("--sessions", type=int, default=350)
     p.add_argument("--dwpd", type=float, default=8.0,
-                   help="the drive rating of the budget:/auto: rows (8: the first rating within which a fixed threshold, "
+                   help="the drive rating of the budget:/loadaware: rows (8: the first rating within which a fixed threshold, "
                         "E2, fits on the 350 WEKA sessions at 6,500 tokens/s, so the budget check compares something)")
     p.add_argument("--json", dest="json_path")
     p.add_argument("--plot")
