@@ -57,6 +57,10 @@ class AffinityConfig:
 
     eps: float = 0.25  # a node holds at most ceil(m) + floor(eps x m) active sessions, m their mean per live node
     idle_s: float = 1800.0  # a session without a request for this long stops counting as active
+    # a session back after at least this long without a request leaves its node if that node's drive has
+    # written more than (1 + eps) x the live drives' mean (its KV has likely left the node's DRAM: the move
+    # costs at most its SSD hits); 0: never moves for wear
+    wear_move_idle_s: float = 600.0
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
 
@@ -65,6 +69,8 @@ class AffinityConfig:
             raise AffinityError(f"session eps {self.eps}: must be > 0")
         if not self.idle_s > 0:
             raise AffinityError(f"session idle_s {self.idle_s}: must be > 0")
+        if not self.wear_move_idle_s >= 0:
+            raise AffinityError(f"session wear_move_idle_s {self.wear_move_idle_s}: must be >= 0")
         if self.vnodes < 1 or self.max_sessions < 1:
             raise AffinityError(f"session vnodes {self.vnodes} / max_sessions {self.max_sessions}: must be >= 1")
         return self
@@ -94,9 +100,10 @@ class SessionAffinity:
         self.active: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()  # key -> (node, last request), oldest first
         self.count = [0] * n_nodes  # active sessions per node
         self.guests = [0] * n_nodes  # of which displaced from a dead node
-        self.home: OrderedDict[Hashable, int] = OrderedDict()  # key -> node of its last request, least recent first
+        # key -> (node, time) of its last request, least recent first
+        self.home: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
-        self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_dead": 0, "returned": 0}
+        self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
 
     def preference(self, key: Hashable) -> list[int]:
         """The nodes in the order the key's ring walk meets them."""
@@ -127,14 +134,23 @@ class SessionAffinity:
         mean = (len(self.active) + 1) / sum(alive)
         return math.ceil(mean) + math.floor(self.cfg.eps * mean)
 
+    def wear_limit(self, alive: Sequence[bool], wear: Sequence[float]) -> float:
+        """(1 + eps) x the live drives' mean write count: above it a drive is worn out."""
+        return (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
+
+    def worn_out(self, node: int, idle_s: float, alive: Sequence[bool], wear: Sequence[float] | None) -> bool:
+        """Whether a session back after ``idle_s`` leaves ``node`` for wear (``wear_move_idle_s``)."""
+        wait = self.cfg.wear_move_idle_s
+        return bool(wear) and 0 < wait <= idle_s and wear[node] > self.wear_limit(alive, wear)
+
     def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> int:
         """A new or moving session's node: the first on its ring walk that is alive, below the session
-        bound and, when ``wear`` is given, whose drive has written at most (1 + eps) x the live drives'
-        mean; if no node below the session bound is, the least worn of them."""
+        bound and, when ``wear`` is given, not worn out (``wear_limit``); if no node below the session
+        bound is, the least worn of them."""
         open_nodes = [n for n in self.preference(key) if alive[n] and self.count[n] < cap]
-        if wear is None:
+        if not wear:
             return open_nodes[0]
-        limit = (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
+        limit = self.wear_limit(alive, wear)
         return next((n for n in open_nodes if wear[n] <= limit), min(open_nodes, key=wear.__getitem__))
 
     def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None,
@@ -154,11 +170,13 @@ class SessionAffinity:
             self.guests[entry[0]] -= back is not None
         cap = self.bound(alive)
         count = self.count
-        current = entry[0] if entry is not None else self.home.get(key)
+        last = self.home.get(key)
+        current = entry[0] if entry is not None else (last[0] if last is not None else None)
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
-        elif current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap:
+        elif (current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap
+              and not self.worn_out(current, now - last[1], alive, wear)):
             node, kind = current, "stayed"
         else:
             node = self.place(key, alive, cap, wear)
@@ -167,15 +185,17 @@ class SessionAffinity:
             elif not alive[current]:
                 kind = "moved_dead"
                 self.displaced.setdefault(key, current)
+            elif node == current:
+                kind = "stayed"  # worn out, but no node below the bound has worn less
             else:
-                kind = "moved_bound"
+                kind = "moved_bound" if count[current] - (back is None) * self.guests[current] >= cap else "moved_wear"
         if node == back:
             self.displaced.pop(key, None)
         self.stats[kind] += 1
         self.active[key] = (node, now)
         count[node] += 1
         self.guests[node] += key in self.displaced
-        self.home[key] = node
+        self.home[key] = (node, now)
         self.home.move_to_end(key)
         if len(self.home) > self.cfg.max_sessions:
             old, _ = self.home.popitem(last=False)

@@ -40,7 +40,7 @@ def test_an_idle_session_stops_counting_and_returns_to_its_node_if_it_is_below_t
     s.pick("b", 1.0)
     assert sum(s.count) == 2
     s.expire(11.5)  # a idle for 11.5 s, b for 10.5 s
-    assert sum(s.count) == 0 and s.home["a"] == node
+    assert sum(s.count) == 0 and s.home["a"][0] == node
     assert s.pick("a", 12.0) == node and s.stats["stayed"] == 1
 
 

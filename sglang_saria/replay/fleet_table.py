@@ -3,7 +3,8 @@
 The same WEKA sessions (the replay's defaults: 350 sessions, 12 h start window, seed 0) are
 replayed on 1, 2, 4 and 8 nodes behind each router, for both models and the chosen policies. The
 load is the same total load in every row (the same requests spread over the fleet); each node has
-the single node's DRAM, SSD and prefill rate (1M / 10M tokens, 6,500 tokens/s). Ratios are against
+the single node's DRAM, SSD and prefill rate (1M / 10M tokens, 6,500 tokens/s); a hybrid model keeps its
+GDN states where SGLang 0.5.23 does (``checkpoint_placement="sglang"``, ``saria-replay``'s default). Ratios are against
 the 1-node replay of the same model and policy in the same run (with one node every router is the
 same replay). ``--json`` keeps every record; ``--update-doc`` rewrites the generated tables of
 docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it and
@@ -78,7 +79,7 @@ def run_one(model: str, policy: str, nodes: int, router: str, work: Workload,
     ss, starts = _WORK[model]
     spec = get_model_spec(model)
     cfg = SariaConfig(admission=AdmissionConfig(policy=policy),
-                      metadata=MetadataConfig(block_tokens=spec.default_block_tokens),
+                      metadata=MetadataConfig(block_tokens=spec.default_block_tokens, checkpoint_placement="sglang"),
                       capacity=CapacityConfig(dram_tokens=1_000_000, ssd_tokens=10_000_000)).validate()
     fleet = FleetSettings(nodes, router, session=session)
     res = fleet_replay(ss, starts, cfg, spec, ReplaySettings(), fleet, label=policy)
@@ -177,7 +178,8 @@ def format_setup(doc: dict) -> str:
     skip = doc.get("skip_sessions", 0)
     which = f"WEKA sessions {skip + 1}-{doc['sessions']}" if skip else f"{doc['sessions']} WEKA sessions"
     line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
-            f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight; {b['fleet']['days']:.3f} days replayed "
+            f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight, hybrid GDN states at SGLang's placement; "
+            f"{b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
     if "session_router" in doc:
         c = doc["session_router"]
