@@ -37,7 +37,7 @@ from sglang_saria.replay.report import md_table
 from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.workload import apply_limits, session_starts
-from sglang_saria.session_affinity import AffinityConfig
+from sglang_saria.session_affinity import PLACE_BY, AffinityConfig
 
 MODELS = ("qwen3-8b", "qwen3.5-9b")
 # E2: the paper's recommended threshold; full duplicate: the write ceiling, and the policy under which
@@ -183,7 +183,8 @@ def format_setup(doc: dict) -> str:
             f"(DWPD = writes / (drive capacity x days)).")
     if "session_router" in doc:
         c = doc["session_router"]
-        line += f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node."
+        line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, new "
+                 f"sessions placed by {c['place_by']}, wear moves {'on' if c['wear_moves'] else 'off'}.")
     return line
 
 
@@ -207,21 +208,37 @@ def targets(doc: dict, r: dict) -> dict[str, tuple[float, bool]]:
     return out
 
 
+def session_bound(r: dict) -> float | None:
+    """The largest single session's SSD writes over the fleet's mean drive: a placement that never moves a
+    session cannot bring its busiest drive below it, if each session wrote what it wrote in this run
+    (None: a record without per-session writes)."""
+    top, total = r["fleet"].get("session_writes_max_bytes"), r["metrics"]["ssd_write_bytes"]
+    if top is None:
+        return None
+    return top * r["nodes"] / total if total else 0.0
+
+
 def format_targets(doc: dict) -> str:
-    """One row per session-router fleet: each target's value and whether it is met."""
+    """One row per session-router fleet: each target's value and whether it is met, and the single-session
+    bound on the busiest drive of a placement without moves (``session_bound``) for it and cache_aware."""
     rows = []
     for r in doc["records"]:
         if r["nodes"] == 1 or r["router"] != "session":
             continue
         t = targets(doc, r)
         mark = {k: "met" if ok else "**unmet**" for k, (_, ok) in t.items()}
+        ca = next((c for c in doc["records"] if (c["model"], c["policy"], c["nodes"], c["router"]) ==
+                   (r["model"], r["policy"], r["nodes"], "cache_aware")), None)
+        bounds = [session_bound(x) for x in (r, ca) if x is not None]
         rows.append([r["model"], r["policy"], str(r["nodes"]),
                      f"{t['dwpd'][0]:.2f} {mark['dwpd']}", f"{t['requests'][0]:.2f} {mark['requests']}",
                      f"{t['char_drop'][0]:+.3f} {mark['char_drop']}" if "char_drop" in t else "-",
-                     f"{t['moved'][0]:.1%} {mark['moved']}"])
+                     f"{t['moved'][0]:.1%} {mark['moved']}",
+                     " / ".join("-" if b is None else f"{b:.2f}" for b in bounds)])
     return md_table(["model", "policy", "nodes", f"busiest / mean drive DWPD (<= {TARGETS['dwpd']})",
                      f"busiest / mean node requests (<= {TARGETS['requests']})",
-                     f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})"], rows)
+                     f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})",
+                     "largest session's writes / mean drive (session / cache_aware)"], rows)
 
 
 def sweep_scores(doc: dict) -> list[tuple[int, float, float]]:
@@ -250,7 +267,7 @@ def format_sweep(doc: dict) -> str:
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
         c = part["session_router"]
-        cells = [f"{c['eps']}", f"{c['idle_s']:.0f}"]
+        cells = [c["place_by"], "yes" if c["wear_moves"] else "no", f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         for n in sorted({r["nodes"] for r in fleets}):
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
@@ -259,7 +276,7 @@ def format_sweep(doc: dict) -> str:
         cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
-    return md_table(["eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
+    return md_table(["placed by", "wear moves", "eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
                      "mean DWPD ratio", "fleets meeting all three"], rows)
 
 
@@ -301,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="session router's load bound; several (comma-separated) with --session-idle: a sweep")
     p.add_argument("--session-idle", default=str(AffinityConfig.idle_s), metavar="S",
                    help="session router: seconds without a request before a session stops counting (or several)")
+    p.add_argument("--session-place", default=AffinityConfig.place_by,
+                   help=f"session router: what a new session's node must not exceed ({', '.join(PLACE_BY)}; or several)")
+    p.add_argument("--session-wear-moves", default=str(int(AffinityConfig.wear_moves)), metavar="0|1",
+                   help="session router: 1: a worn-out drive's largest active session leaves it (or 0,1: both)")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -321,11 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         args.policies = _csv(args.policies, None, "--policies")
         args.nodes = _csv(args.nodes, None, "--nodes", int)
         args.routers = _csv(args.routers, ROUTERS, "--routers")
-        if 1 not in args.nodes:
-            args.nodes = [1, *args.nodes]  # the ratios' base
         args.work = Workload(args.sessions, args.skip_sessions)
-        settings = [AffinityConfig(eps=e, idle_s=i).validate() for e in _csv(args.session_eps, None, "--session-eps", float)
+        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv)).validate()
+                    for pl in _csv(args.session_place, PLACE_BY, "--session-place")
+                    for mv in _csv(args.session_wear_moves, (0, 1), "--session-wear-moves", int)
+                    for e in _csv(args.session_eps, None, "--session-eps", float)
                     for i in _csv(args.session_idle, None, "--session-idle", float)]
+        if 1 not in args.nodes and len(settings) == 1:
+            args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
         doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
         for args.session in settings:
             print(f"session router {args.session}", file=sys.stderr, flush=True)

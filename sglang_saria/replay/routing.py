@@ -237,7 +237,7 @@ class SessionRouter(Router):
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
              wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
-        return self.core.pick(session, now, alive or None, wear or None)
+        return self.core.pick(session, now, alive or None, wear or None, input_tokens)
 
 
 def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,

@@ -187,7 +187,7 @@ def test_a_dead_nodes_sessions_spread_over_the_others_and_come_back(shared_dir):
     request is still served, and each of them goes back to it at its first request after it is back."""
     sessions = apply_limits(load_trace(f"weka:{shared_dir / 'traces' / 'weka-cc'}", BT, max_sessions=48))
     starts = session_starts(sessions, SETTINGS.window_s, 0)
-    aff = AffinityConfig(idle_s=3600.0, wear_move_idle_s=0.0)  # no wear moves: deaths alone move sessions
+    aff = AffinityConfig(idle_s=3600.0, wear_moves=False)  # no wear moves: deaths alone move sessions
     base = FleetRun(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, FleetSettings(4, "session", session=aff))
     base.loop()
     times = sorted(t for t, _, _ in base.decisions)
