@@ -181,7 +181,7 @@ def format_setup(doc: dict) -> str:
             f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight, hybrid GDN states at SGLang's placement; "
             f"{b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
-    if "session_router" in doc:
+    if any(r["router"] == "session" for r in doc["records"]):
         c = doc["session_router"]
         line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, new "
                  f"sessions placed by {c['place_by']}, wear moves {'on' if c['wear_moves'] else 'off'}.")

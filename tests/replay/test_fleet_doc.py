@@ -22,8 +22,11 @@ JSONS = {
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
     "sweep": ("fleet_session_sweep.json", {"sweep"}),
-    "eps01": ("fleet_session_eps01.json", {"targets"}),
+    "halfeps": ("fleet_session_heldout_eps.json", {"sweep"}),
+    "halfidle": ("fleet_session_heldout_idle.json", {"sweep"}),
 }
+SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
+           "wear_moves": AffinityConfig.wear_moves}
 
 
 def load(name: str) -> dict:
@@ -48,6 +51,8 @@ def records(doc: dict) -> list[dict]:
 def test_fleet_numbers_are_the_per_node_records(prefix):
     for r in records(load(JSONS[prefix][0])):
         f, nodes = r["fleet"], r["per_node"]
+        if "session_writes_max_bytes" in f:  # one session's writes are part of the fleet's
+            assert 0 <= f["session_writes_max_bytes"] <= r["metrics"]["ssd_write_bytes"]
         dwpd = [n["dwpd"] for n in nodes]
         reqs = [n["requests"] for n in nodes]
         assert len(nodes) == r["nodes"] and sum(reqs) == r["metrics"]["requests"]
@@ -73,7 +78,7 @@ def test_the_json_covers_1_to_8_nodes_three_routers_both_models_over_the_same_re
 
 
 def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_the_shipped_constants():
-    shipped = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s}
+    shipped = SHIPPED
     for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175)):
         doc = load(name)
         assert (doc["sessions"], doc["skip_sessions"]) == (sessions, skip)
@@ -90,7 +95,20 @@ def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
     doc = load("fleet_session_sweep.json")
     assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
     chosen = fleet_table.chosen_setting(doc)
-    assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
+    assert {k: chosen[k] for k in SHIPPED} == SHIPPED
+    fleets = {(r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
+    assert fleets == {(m, p, n) for m in fleet_table.MODELS for p in ("eviction:E2", "auto") for n in (4, 8)}
+
+
+@pytest.mark.parametrize(("name", "field"), [("fleet_session_heldout_eps.json", "eps"),
+                                             ("fleet_session_heldout_idle.json", "idle_s")])
+def test_the_halved_and_doubled_constants_are_replayed_on_the_held_out_sessions(name, field):
+    doc = load(name)
+    assert (doc["sessions"], doc["skip_sessions"]) == (350, 175)
+    settings = [part["session_router"] for part in doc["sweep"]]
+    assert sorted(c[field] for c in settings) == [SHIPPED[field] / 2, SHIPPED[field] * 2]
+    for c in settings:  # everything else as shipped
+        assert {k: c[k] for k in SHIPPED if k != field} == {k: v for k, v in SHIPPED.items() if k != field}
 
 
 def test_update_doc_rewrites_only_the_marked_blocks_of_its_prefix():
