@@ -258,7 +258,7 @@ def chosen_setting(doc: dict) -> dict:
     """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
     scores = sweep_scores(doc)
     best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
-    return doc["sweep"][best]["session_router"]
+    return {"place_by": "wear", "wear_moves": False, **doc["sweep"][best]["session_router"]}  # (older sweeps: the defaults)
 
 
 def format_sweep(doc: dict) -> str:
@@ -266,7 +266,7 @@ def format_sweep(doc: dict) -> str:
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
-        c = part["session_router"]
+        c = {"place_by": "wear", "wear_moves": False, **part["session_router"]}
         cells = [c["place_by"], "yes" if c["wear_moves"] else "no", f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         for n in sorted({r["nodes"] for r in fleets}):

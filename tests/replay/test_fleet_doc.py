@@ -22,6 +22,7 @@ JSONS = {
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
     "sweep": ("fleet_session_sweep.json", {"sweep"}),
+    "sweep0": ("fleet_session_sweep_constants.json", {"sweep"}),
     "halfeps": ("fleet_session_heldout_eps.json", {"sweep"}),
     "halfidle": ("fleet_session_heldout_idle.json", {"sweep"}),
 }
@@ -98,6 +99,13 @@ def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
     assert {k: chosen[k] for k in SHIPPED} == SHIPPED
     fleets = {(r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
     assert fleets == {(m, p, n) for m in fleet_table.MODELS for p in ("eviction:E2", "auto") for n in (4, 8)}
+
+
+def test_the_shipped_eps_and_idle_are_the_earlier_sweeps_choice_on_sessions_1_to_175():
+    doc = load("fleet_session_sweep_constants.json")
+    assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
+    chosen = fleet_table.chosen_setting(doc)
+    assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
 
 
 @pytest.mark.parametrize(("name", "field"), [("fleet_session_heldout_eps.json", "eps"),
