@@ -262,7 +262,8 @@ def chosen_setting(doc: dict) -> dict:
 
 
 def format_sweep(doc: dict) -> str:
-    """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets."""
+    """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets;
+    the chosen setting marked, unless the sweep ran on held-out sessions (nothing is chosen there)."""
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
@@ -273,7 +274,7 @@ def format_sweep(doc: dict) -> str:
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
             cells.append(f"{max(x['dwpd'][0] for x in t):.2f} / {max(x['requests'][0] for x in t):.2f} / "
                          f"{max(x['moved'][0] for x in t):.1%}")
-        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best else "")]
+        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best and not doc.get("skip_sessions") else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
     return md_table(["placed by", "wear moves", "eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
