@@ -50,24 +50,29 @@ class AdmissionConfig:
     budget_theta_max: int = 12  # theta_E as the window's budget runs out
     budget_reuse_offset: int = 0  # theta_R = theta_E + offset; 0 = eviction history only (reuse writes spend the budget early)
     budget_capacity_bytes: int = 0  # drive capacity the DWPD refers to; 0 = the SSD tier's capacity
-    # auto (mem_cache/auto.py): write at the first DRAM eviction while more than this much prefill
-    # (seconds of GPU work, smoothed over auto_tau_s) is queued, at the auto_theta_idle-th otherwise.
+    # loadaware (mem_cache/auto.py; a comparison row, not the operators' auto): write at the first DRAM eviction while more than this much prefill
+    # (seconds of GPU work, smoothed over loadaware_tau_s) is queued, at the loadaware_theta_idle-th otherwise.
     # Defaults chosen by the replay sweep of docs/admission.md (350 WEKA sessions, both models,
     # 6,500-20,000 tok/s), judged by its bound: SSD writes within 1.5x the oracle's at a CHAR within
     # 0.02 of full duplicate's.
-    auto_spend_backlog_s: float = 1.5
-    auto_theta_idle: int = 2
-    auto_tau_s: float = 120.0  # the load signal's smoothing time constant
-    auto_spend_fill: float = 0.7  # auto:<DWPD>: spend (E1) only while this share of the window's budget is unspent
-    auto_reuse_spend: int = 0  # a block reused this often is written at its first eviction, loaded or not (0: off)
+    loadaware_spend_backlog_s: float = 1.5
+    loadaware_theta_idle: int = 2
+    loadaware_tau_s: float = 120.0  # the load signal's smoothing time constant
+    loadaware_spend_fill: float = 0.7  # loadaware:<DWPD>: spend (E1) only while this share of the window's budget is unspent
+    loadaware_reuse_spend: int = 0  # a block reused this often is written at its first eviction, loaded or not (0: off)
     # SGLang driver: prefill tokens/s that turn queued tokens into seconds until the scheduler has measured its
     # own rate (hicache/load_signal.py; the paper's GPU); the replay models its GPU with --prefill-tps instead
     auto_prefill_tps: float = 6500.0
-    # learned (mem_cache/learned.py): a write pays when a block's learned reuse odds reach learned_odds over
-    # (1 + queued prefill / learned_load_ref_s); its ghost of evicted blocks holds at most learned_max_bytes
-    learned_odds: float = 1.0
-    learned_load_ref_s: float = 1.0
-    learned_max_bytes: int = 64 << 20
+    # auto (mem_cache/learned.py): a write pays when a block's learned reuse odds reach auto_odds over
+    # (1 + queued prefill / auto_load_ref_s); its ghost of evicted blocks holds at most auto_max_bytes
+    auto_odds: float = 1.0
+    auto_load_ref_s: float = 1.0
+    auto_max_bytes: int = 64 << 20
+    # auto: a write leaves its ancestors still in DRAM to their own eviction, where each is written because the
+    # descendant's SSD copy needs it (mem_cache/sequencer.py); False: it closes over them at once
+    auto_lazy_closure: bool = True
+    # SGLang driver: auto's learned state goes to a file beside the store at most this often (hicache/admission_state.py)
+    auto_state_save_s: float = 60.0
     # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints.py),
     # the sessions hinted longest ago forgotten first past it; 64 MiB holds ~270 sessions of 128K
     # tokens at page 64 (0: remember none, an end hint covers its own request's path only)
@@ -86,15 +91,16 @@ class AdmissionConfig:
                f"must be >= 1 and <= budget_theta_max={self.budget_theta_max}")
         _check(self.budget_reuse_offset >= 0, f"{prefix}.budget_reuse_offset", self.budget_reuse_offset, "must be >= 0")
         _check(self.budget_capacity_bytes >= 0, f"{prefix}.budget_capacity_bytes", self.budget_capacity_bytes, "must be >= 0")
-        _check(self.auto_spend_backlog_s >= 0, f"{prefix}.auto_spend_backlog_s", self.auto_spend_backlog_s, "must be >= 0")
-        _check(self.auto_theta_idle >= 1, f"{prefix}.auto_theta_idle", self.auto_theta_idle, "must be >= 1")
-        _check(self.auto_tau_s > 0, f"{prefix}.auto_tau_s", self.auto_tau_s, "must be > 0")
-        _check(0 <= self.auto_spend_fill <= 1, f"{prefix}.auto_spend_fill", self.auto_spend_fill, "must be in [0, 1]")
-        _check(self.auto_reuse_spend >= 0, f"{prefix}.auto_reuse_spend", self.auto_reuse_spend, "must be >= 0")
+        _check(self.loadaware_spend_backlog_s >= 0, f"{prefix}.loadaware_spend_backlog_s", self.loadaware_spend_backlog_s, "must be >= 0")
+        _check(self.loadaware_theta_idle >= 1, f"{prefix}.loadaware_theta_idle", self.loadaware_theta_idle, "must be >= 1")
+        _check(self.loadaware_tau_s > 0, f"{prefix}.loadaware_tau_s", self.loadaware_tau_s, "must be > 0")
+        _check(0 <= self.loadaware_spend_fill <= 1, f"{prefix}.loadaware_spend_fill", self.loadaware_spend_fill, "must be in [0, 1]")
+        _check(self.loadaware_reuse_spend >= 0, f"{prefix}.loadaware_reuse_spend", self.loadaware_reuse_spend, "must be >= 0")
         _check(self.auto_prefill_tps > 0, f"{prefix}.auto_prefill_tps", self.auto_prefill_tps, "must be > 0")
-        _check(self.learned_odds > 0, f"{prefix}.learned_odds", self.learned_odds, "must be > 0")
-        _check(self.learned_load_ref_s > 0, f"{prefix}.learned_load_ref_s", self.learned_load_ref_s, "must be > 0")
-        _check(self.learned_max_bytes > 0, f"{prefix}.learned_max_bytes", self.learned_max_bytes, "must be > 0")
+        _check(self.auto_odds > 0, f"{prefix}.auto_odds", self.auto_odds, "must be > 0")
+        _check(self.auto_load_ref_s > 0, f"{prefix}.auto_load_ref_s", self.auto_load_ref_s, "must be > 0")
+        _check(self.auto_max_bytes > 0, f"{prefix}.auto_max_bytes", self.auto_max_bytes, "must be > 0")
+        _check(self.auto_state_save_s > 0, f"{prefix}.auto_state_save_s", self.auto_state_save_s, "must be > 0")
         _check(self.hint_sessions_max_bytes >= 0, f"{prefix}.hint_sessions_max_bytes", self.hint_sessions_max_bytes,
                "must be >= 0 (bytes)")
 

@@ -6,8 +6,9 @@ kinds by name (libCacheSim's ``create_admissioner``, vLLM's ``register_policy``)
 ``config``, ``admission`` and ``budget`` do not import each other.
 
 Names: ``none``, ``full-duplicate``, ``eviction:E<n>``, ``reuse:R<n>``, ``combined:E<n>R<m>``,
-``budget:<DWPD>``, ``auto`` / ``auto:<DWPD>`` (load-aware, ``mem_cache/auto.py``), ``learned`` /
-``learned:<DWPD>`` (learned reuse chance, ``mem_cache/learned.py``), and ``oracle`` (the replay's clairvoyant bound: it reads the trace's future, so
+``budget:<DWPD>``, ``auto`` / ``auto:<DWPD>`` (the operators' policy: a reuse chance learned online from a
+ghost of evicted blocks, ``mem_cache/learned.py``), ``loadaware`` / ``loadaware:<DWPD>`` (an eviction
+threshold that follows the load signal, ``mem_cache/auto.py``; a comparison row), and ``oracle`` (the replay's clairvoyant bound: it reads the trace's future, so
 a server refuses it, ``REPLAY_ONLY``).
 """
 
@@ -19,19 +20,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m>, budget:<DWPD>, auto, auto:<DWPD>, learned, learned:<DWPD> or oracle (replay only)"
+FORMS = "none, full-duplicate, eviction:E<n>, reuse:R<n>, combined:E<n>R<m>, budget:<DWPD>, auto, auto:<DWPD>, loadaware, loadaware:<DWPD> or oracle (replay only)"
 #: kinds only the replay can run
 REPLAY_ONLY = frozenset({"oracle"})
 
 _THRESHOLD_RE = re.compile(r"^(?:eviction:E(\d+)|reuse:R(\d+)|combined:E(\d+)R(\d+))$")
-_BUDGET_RE = re.compile(r"^(budget|auto|learned):([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
+_BUDGET_RE = re.compile(r"^(budget|auto|loadaware):([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)$")
 
 
 @dataclass(frozen=True)
 class PolicyName:
     """A parsed policy name: its kind and the parameters the name carries."""
 
-    kind: str  # none | full-duplicate | eviction | reuse | combined | budget | auto | learned | oracle
+    kind: str  # none | full-duplicate | eviction | reuse | combined | budget | auto | loadaware | oracle
     theta_E: int | None = None
     theta_R: int | None = None
     dwpd: float | None = None
@@ -39,9 +40,9 @@ class PolicyName:
 
 def parse(name: str) -> PolicyName:
     """Parse a policy name; ValueError names the policy and lists the forms."""
-    if name in ("none", "full-duplicate", "oracle", "auto", "learned"):
+    if name in ("none", "full-duplicate", "oracle", "auto", "loadaware"):
         return PolicyName(name)
-    if name.startswith(("budget:", "auto:", "learned:")):
+    if name.startswith(("budget:", "auto:", "loadaware:")):
         kind = name.split(":", 1)[0]
         m = _BUDGET_RE.match(name)
         dwpd = float(m.group(2)) if m else 0.0

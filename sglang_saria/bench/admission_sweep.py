@@ -14,9 +14,9 @@ dominate it): its writes check is unmet and the row says so.
 
     saria-admission-sweep run --workload weka:176-360 --models qwen3-8b --loads 6500 --json out.json
     saria-admission-sweep render out.json          # the Markdown tables of docs/admission.md
-    saria-admission-sweep timing --repeats 3       # learned / auto vs eviction:E2 on the 350 WEKA sessions
+    saria-admission-sweep timing --repeats 3       # auto / loadaware vs eviction:E2 on the 350 WEKA sessions
 
-``--variant learned@learned_odds=0.5`` adds a row of a policy with one constant changed (the halved and
+``--variant auto@auto_odds=0.5`` adds a row of a policy with one constant changed (the halved and
 doubled constants of ``docs/admission.md``).
 """
 
@@ -45,7 +45,7 @@ from sglang_saria.replay.workload import apply_limits, session_starts
 DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end -->"
 WRITES_BOUND = 1.3
 CHAR_SLACK = 0.02
-POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "learned")
+POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "loadaware")
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
 
 
@@ -153,7 +153,7 @@ def _label(row: dict) -> str:
     return row["policy"] + (f" ({row['variant']})" if row["variant"] else "")
 
 
-def render(doc: dict, policies: tuple[str, ...] = ("learned", "auto", "eviction:E2", "eviction:E3", "full-duplicate", "oracle")) -> str:
+def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "eviction:E2", "eviction:E3", "full-duplicate", "oracle")) -> str:
     """The Markdown tables: per setting the frontier, then each policy against it."""
     def yn(v: bool) -> str:
         return "met" if v else "**unmet**"
@@ -300,14 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     lb.add_argument("--model", default="qwen3-8b")
     lb.add_argument("--load", type=float, default=6500.0)
     lb.add_argument("--ssd-tokens", type=int, default=0)
-    lb.add_argument("--policies", default="learned,auto,eviction:E2")
+    lb.add_argument("--policies", default="auto,loadaware,eviction:E2")
     lb.add_argument("--max-passes", type=int, default=40)
     lb.add_argument("--json", dest="json_path", required=True)
     t = sub.add_parser("timing", help="replay time of policies against eviction:E2, added to --json")
     t.add_argument("--workload", default="weka:1-360")
     t.add_argument("--model", default="qwen3-8b")
     t.add_argument("--load", type=float, default=6500.0)
-    t.add_argument("--policies", default="eviction:E2,learned,auto")
+    t.add_argument("--policies", default="eviction:E2,auto,loadaware")
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--json", dest="json_path", required=True)
     args = p.parse_args(argv)

@@ -29,7 +29,7 @@ comes back in about 30 s: keep what DRAM gives up) or ``"saria": {"session": "<i
 
 A request that matches pages makes an end hint on them void (``policy.on_request_match``,
 ``AgentHints.used``). Every rank sees the same requests released in the same order, so under
-TP every rank's hints are the same. Only ``auto`` takes hints (``admission.hints``); other
+TP every rank's hints are the same. Only ``auto`` and ``loadaware`` take hints (``admission.hints``); other
 policies ignore them. Counted as ``sglang:saria_hints_total{kind}`` (``load_signal.py`` exports
 ``AgentHints.counts`` each step).
 """

@@ -1,7 +1,8 @@
 """The load signal of ``auto`` admission inside SGLang: seconds of prefill queued now.
 
-``auto`` (``mem_cache/auto.py``) writes a block at its first DRAM eviction while recomputing it
-would queue behind other work, at its second otherwise. The replay's signal is its modelled GPU's
+``auto`` (``mem_cache/learned.py``) lowers the reuse odds a write needs while recomputing a block
+would queue behind other work (``loadaware``, ``mem_cache/auto.py``: writes at the first DRAM
+eviction then, at the second otherwise). The replay's signal is its modelled GPU's
 backlog of prefill that will really be computed; here it is the same quantity, read once per
 scheduler step from SGLang's ``SchedulerLoadInquirer`` (handed over by the plugin hook on
 ``Scheduler.init_load_inquirer``):
@@ -53,7 +54,6 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from sglang_saria.hicache.metrics import SariaServingMetrics
-from sglang_saria.mem_cache.auto import AutoAdmission
 
 RATE_WINDOW_S = 60.0  # seconds of prefill busy time the measured rate is smoothed over
 
@@ -188,7 +188,7 @@ class LoadSignalMixin:
         if load is None:  # before the scheduler handed its load inquirer over
             return
         policy = self._policy()  # type: ignore[attr-defined]
-        if policy is None or not isinstance(policy.admission, AutoAdmission):
+        if policy is None or not policy.admission.reads_load:
             return
         tps = policy.config.admission.auto_prefill_tps
         agreement = self._agreement  # type: ignore[attr-defined]

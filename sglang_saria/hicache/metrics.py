@@ -131,10 +131,12 @@ class SariaServingMetrics:
         )
 
     def _auto_metrics(self, Counter: type, Gauge: type) -> None:
-        """``auto`` admission's load signal and decisions, and agents' hints (load_signal.py, hints.py)."""
+        """The load signal and the decisions of the load-reading admissions (``auto``: ``mem_cache/learned.py``,
+        ``loadaware``: ``mem_cache/auto.py``), and agents' hints (load_signal.py, hints.py)."""
         self._auto_backlog = Gauge(
             "sglang:saria_auto_backlog_seconds",
-            "auto admission: smoothed seconds of prefill queued on the scheduler (its load signal)",
+            "auto / loadaware admission: seconds of prefill queued on the scheduler (its load signal; smoothed "
+            "for loadaware)",
             multiprocess_mode="mostrecent",
         )
         self._auto_queued = Gauge(
@@ -143,13 +145,27 @@ class SariaServingMetrics:
             "left out), the load signal's tokens before they are divided by the measured prefill rate",
             multiprocess_mode="mostrecent",
         )
-        self._auto_theta_e = Gauge(
-            "sglang:saria_auto_theta_e", "auto admission: the DRAM evictions a block needs to be written now",
-            multiprocess_mode="mostrecent",
-        )
         self._auto_decisions = Counter(
             "sglang:saria_auto_decisions_total",
-            "auto admission: writes admitted while loaded (state=spend) or idle (state=save)", ["state"],
+            "auto admission: DRAM evictions of blocks not on SSD decided, by reason: admit, cold (its learned "
+            "reuse odds under the bar), victim (not more likely reused than the SSD copy it would displace), "
+            "budget (the drive's write budget is spent)", ["reason"],
+        )
+        self._auto_ghost = Gauge(
+            "sglang:saria_auto_ghost_blocks", "auto admission: evicted blocks its ghost tracks (bounded by auto_max_bytes)",
+            multiprocess_mode="mostrecent",
+        )
+        self._auto_bar = Gauge(
+            "sglang:saria_auto_bar", "auto admission: the reuse odds a write needs now (inf: none allowed)",
+            multiprocess_mode="mostrecent",
+        )
+        self._loadaware_theta_e = Gauge(
+            "sglang:saria_loadaware_theta_e", "loadaware admission: the DRAM evictions a block needs to be written now",
+            multiprocess_mode="mostrecent",
+        )
+        self._loadaware_decisions = Counter(
+            "sglang:saria_loadaware_decisions_total",
+            "loadaware admission: writes admitted while loaded (state=spend) or idle (state=save)", ["state"],
         )
         self._hints = Counter(
             "sglang:saria_hints_total",
@@ -231,11 +247,17 @@ class SariaServingMetrics:
         self._auto_queued.set(tokens)
 
     def auto_state(self, state: dict[str, float], decisions: dict[str, int], hint_counts: dict[str, int]) -> None:
-        """Once per scheduler step: ``AutoAdmission.state()``, its decisions and its hints' counts
-        (cumulative; what grew since the last step is added to the counters)."""
+        """Once per scheduler step: a load-reading admission's ``state()``, its decisions and its hints'
+        counts (cumulative; what grew since the last step is added to the counters). ``auto``'s state
+        has ``bar`` and ``ghost_blocks``, ``loadaware``'s ``theta_E``."""
         self._auto_backlog.set(state["backlog_s"])
-        self._auto_theta_e.set(state["theta_E"])
-        self._add_growth(self._auto_decisions, "state", decisions)
+        if "theta_E" in state:
+            self._loadaware_theta_e.set(state["theta_E"])
+            self._add_growth(self._loadaware_decisions, "state", decisions)
+        else:
+            self._auto_bar.set(state["bar"])
+            self._auto_ghost.set(state["ghost_blocks"])
+            self._add_growth(self._auto_decisions, "reason", decisions)
         self._add_growth(self._hints, "kind", hint_counts)
 
     def _add_growth(self, counter: Any, label: str, counts: dict[str, int]) -> None:

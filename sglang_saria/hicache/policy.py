@@ -78,20 +78,23 @@ class SariaHiCachePolicy:
         hybrid: bool = False,
         on_ssd_read: Callable[[Sequence[str]], None] | None = None,
         on_ssd_demote: Callable[[Sequence[str]], None] | None = None,
+        ssd_victim_page: Callable[[int], str | None] | None = None,
     ) -> None:
         """``on_ssd(page hash)`` and ``clock()``: the SSD view and the clock every decision reads (with
         several ranks, their agreed ones: ``rank_agreement.py``); ``on_ssd_read(hashes)``: told the
         pages an SSD reload read (the store's victim order); ``on_ssd_demote(hashes)``: told an ended
         session's pages (agents' hints: the store's first victims); ``hybrid``: writes start at nodes
-        holding a Mamba checkpoint."""
+        holding a Mamba checkpoint; ``ssd_victim_page(nbytes)``: the page the store would evict first
+        for a write of ``nbytes`` (None: room), for policies that compare a write with its victim (``auto``)."""
         self.config = config
         # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
         self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
         self.page_bytes = page_bytes
         self.metadata = ContextMetadata(page_size, None, config.metadata.metadata_window_s)
-        self.view = TreeTierView(self.metadata, page_size, page_bytes, ssd_capacity_bytes, on_ssd, clock, hybrid)
+        self.view = TreeTierView(self.metadata, page_size, page_bytes, ssd_capacity_bytes, on_ssd, clock, hybrid,
+                                 ssd_victim_page)
         self.sequencer = WriteSequencer(self.admission, config.admission.rule)
-        # agents' hints (``auto``): kept by page, asked about tree nodes by their last page (hints.py)
+        # agents' hints (``auto``, ``loadaware``): kept by page, asked about tree nodes by their last page (hints.py)
         self.hints = self.admission.hints
         if self.hints is not None:
             self.sequencer.hints = NodeHints(self.hints, lambda node: page_key(node.hash_value[-1]))
@@ -202,6 +205,8 @@ class SariaHiCachePolicy:
             return []
         now = self._begin()
         keys = [page_key(h) for h in hashes]
+        if self.admission.learns:  # recomputed pages were wanted from below DRAM (new ones are not in its ghost)
+            self.admission.on_missed(keys)
         if self.on_ssd(hashes[-1]):
             uncounted = [k for k in keys if self.metadata.get(k) is None]
             if uncounted:
@@ -218,6 +223,8 @@ class SariaHiCachePolicy:
         and an SSD read for the store's victim order (``SSDVictimOrder.touch_prefix``, as the replay)."""
         keys = [page_key(h) for h in hashes]
         self.metadata.record_use(keys, self._begin())
+        if self.admission.learns:  # wanted from below DRAM
+            self.admission.on_missed(keys)
         if self.hints is not None:
             self.hints.used(keys)
         if self.on_ssd_read is not None:

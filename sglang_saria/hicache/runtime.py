@@ -17,7 +17,8 @@ Who gets what (`build_runtime`):
   several ranks); the store's victim-order reports (`touch_pages`, `demote_pages`); whether a
   MAMBA pool is registered; its write budget seeded with what the store wrote before
   (`seed_write_budget`) and its counters restored from the store (`counter_log.py`), saved
-  there at each step and before the store closes;
+  there at each step and before the store closes; a learning admission's state (``auto``)
+  restored from its file beside the store's index and saved there (``admission_state.py``);
 - `DirectReload` (`direct_reload/build.py`): the store's reads and drops, SGLang's pools, the
   policy's transfer settings; None where direct reload cannot run;
 - the server's KV audit (`audit/kv.py`, built at the first step and kept across backends)
@@ -33,10 +34,11 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglang.srt.mem_cache.hicache_storage import PoolName
 
+from sglang_saria.hicache.admission_state import AdmissionStateFile, admission_state_file
 from sglang_saria.hicache.audit.kv import KVAudit, attach_audit
 from sglang_saria.hicache.audit.tiers import tree_nodes
 from sglang_saria.hicache.backend import SariaStorage
@@ -59,6 +61,7 @@ class SariaRuntime:
     agreement: Optional[RankAgreement]  # None on one rank
     counter_log: CounterLog
     direct: Optional[DirectReload]  # None where direct reload cannot run
+    admission_state: Optional[AdmissionStateFile] = None  # None for a policy without learned state
 
     def clock(self) -> float:
         """The clock of decisions that change the tree: the agreed step clock on several ranks,
@@ -71,8 +74,11 @@ class SariaRuntime:
             self.agreement.step()
 
     def end_step(self) -> None:
-        """At the end of each scheduler step: the counters changed in it go to the store."""
+        """At the end of each scheduler step: the counters changed in it go to the store (and, at most
+        every ``admission.auto_state_save_s``, a learning admission's state to its file, written off this thread)."""
         self.counter_log.save()
+        if self.admission_state is not None:
+            self.admission_state.save()
 
     def close(self) -> None:
         """The backend is replaced or detached (the scheduler is idle: no reload runs): the
@@ -102,13 +108,17 @@ def build_runtime(cache: Any, backend: Any, kv_audit: Optional[KVAudit]) -> Opti
     seed_write_budget(policy, backend.store, agreement)
     counter_log = restore_counters(policy, backend, agreement)
     backend.add_close_listener(counter_log.save)  # the last step's counters go in the store's last commit
+    admission_state = admission_state_file(policy.admission, backend.store.layout.data_dirs[0], policy.clock,
+                                           policy.config.admission.auto_state_save_s)
+    if admission_state is not None:
+        backend.add_close_listener(lambda: admission_state.save(force=True))
     direct = None
     if getattr(cache, "enable_storage", False) and policy.config.transfer.direct_reload:
         hooks = WorkerHooks(lambda: worker_agreement(groups), backend.drop_failed_pages, backend.drop_failed_state)
         direct = build_direct_reload(cache, backend, policy.config, hooks)
     attach_audit(kv_audit, backend)
     policy.adopt(tree_nodes(cache.tree_core.root_node))
-    return SariaRuntime(backend, policy, agreement, counter_log, direct)
+    return SariaRuntime(backend, policy, agreement, counter_log, direct, admission_state)
 
 
 def saria_policy(backend: SariaStorage, agreement: Optional[RankAgreement]) -> SariaHiCachePolicy:
@@ -126,6 +136,8 @@ def saria_policy(backend: SariaStorage, agreement: Optional[RankAgreement]) -> S
         hybrid=backend.hybrid,
         on_ssd_read=backend.touch_pages,
         on_ssd_demote=backend.demote_pages,
+        # the store's own victim order differs between ranks: with several, no write is compared with a victim
+        ssd_victim_page=store_victim_page(backend) if agreement is None else None,
     )
     if agreement is None:
         backend.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == kv))
@@ -133,6 +145,24 @@ def saria_policy(backend: SariaStorage, agreement: Optional[RankAgreement]) -> S
         backend.add_evict_listener(lambda pairs: agreement.evicted([h for h, pool in pairs if pool == kv]))
         agreement.on_removed = policy.on_store_evict
     return policy
+
+
+def store_victim_page(backend: SariaStorage) -> Callable[[int], Optional[str]]:
+    """``nbytes -> page hash`` the store would evict first to make room for ``nbytes`` (None: it has
+    room, or holds nothing). Read on the scheduler thread while the store's committer may reorder it:
+    an order changed under the read answers None (no victim to compare with), never an error."""
+    store = backend.store
+
+    def victim(nbytes: int) -> Optional[str]:
+        if store.free_bytes >= nbytes:
+            return None
+        try:
+            skey = store.order.victim()
+        except RuntimeError:  # the order changed while read
+            return None
+        return None if skey is None else backend.split_storage_key(skey)[0]
+
+    return victim
 
 
 def seed_write_budget(policy: SariaHiCachePolicy, store: Any, agreement: Optional[RankAgreement]) -> None:

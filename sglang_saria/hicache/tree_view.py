@@ -18,7 +18,7 @@ from typing import Any
 
 from sglang.srt.mem_cache.unified_cache.component_type import ComponentType
 
-from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata, ContextNode
 
 MAMBA = int(ComponentType.MAMBA)  # index of a node's Mamba state in component_data
 _ORDERED_TTL_S = 120.0  # an ordered write not in the index after this long failed (store full, I/O error)
@@ -34,7 +34,9 @@ class TreeTierView:
 
     def __init__(self, metadata: ContextMetadata, page_size: int, page_bytes: int, ssd_capacity_bytes: int,
                  on_ssd: Callable[[str], bool], clock: Callable[[], float] = time.monotonic,
-                 hybrid: bool = False) -> None:
+                 hybrid: bool = False, ssd_victim_page: Callable[[int], str | None] | None = None) -> None:
+        """``ssd_victim_page(nbytes)``: the page hash the store would evict first to make room for
+        ``nbytes`` (None: it has room); without it no write is compared with a victim."""
         self.metadata = metadata
         self.page_size = page_size
         # the write cap counts bytes; without a page size in bytes it counts pages
@@ -44,6 +46,7 @@ class TreeTierView:
         self.clock = clock
         self.hybrid = hybrid  # a Mamba pool is registered: writes start at nodes holding a state checkpoint
         self._ordered: OrderedDict[str, float] = OrderedDict()  # last page hash -> clock when its write was ordered
+        self._ssd_victim_page = ssd_victim_page
 
     # ------------------------------------------------------------------ TierView
     def parent(self, node: Any) -> Any | None:
@@ -76,6 +79,18 @@ class TreeTierView:
 
     def computed_bytes(self) -> int:
         return self.metadata.created * self.unit
+
+    def ssd_victim(self, tokens: int) -> ContextNode | None:
+        """The counters of the page the store would evict first for a write of ``tokens``; None while
+        it has room, or when the store cannot say (no victim order given, or the page has no counters)."""
+        if self._ssd_victim_page is None:
+            return None
+        page = self._ssd_victim_page(-(-tokens // self.page_size) * self.unit)
+        return None if page is None else self.metadata.get(page_key(page))
+
+    def block_key(self, node: Any) -> int:
+        """A node is remembered by its last page (its counters' key)."""
+        return page_key(node.hash_value[-1])
 
     # ------------------------------------------------------------------ writes in flight
     def ordered(self, nodes: Iterable[Any]) -> None:

@@ -56,10 +56,14 @@ class AdmissionPolicy(ABC):
     keyed: bool = False
     #: agents' hints the sequencer consults before the policy (``auto``), or None
     hints: AgentHints | None = None
-    #: whether the sequencer's robust rule applies (prefix-closed chains): threshold policies and ``learned``
+    #: whether the sequencer's robust rule applies (prefix-closed chains): threshold policies and ``auto``
     prefix_closed: bool = False
-    #: whether ``admits_key`` is given the SSD victim a write would displace (``learned``)
+    #: whether ``admits_key`` is given the SSD victim a write would displace (``auto``)
     compares_victim: bool = False
+    #: under the robust rule on FA-only models, whether a write leaves its ancestors still in DRAM to their own
+    #: eviction, where each is written because a descendant's SSD copy needs it (``auto``); else it closes over
+    #: them at once
+    lazy_closure: bool = False
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}
@@ -84,13 +88,16 @@ class AdmissionPolicy(ABC):
         """The core's clock at each request call; only time-driven policies (budget) use it."""
 
     def on_load(self, backlog_s: float, now: float) -> None:
-        """The driver's load signal at ``now`` (seconds of prefill queued on the GPU); only ``auto`` uses it."""
+        """The driver's load signal at ``now`` (seconds of prefill queued on the GPU); only ``reads_load`` policies use it."""
+
+    #: whether ``on_load`` changes its decisions (the SGLang driver feeds the signal only then)
+    reads_load: bool = False
 
     #: whether ``on_missed`` learns anything (drivers skip building its argument otherwise)
     learns: bool = False
 
     def on_missed(self, keys: Iterable[Hashable]) -> None:
-        """A request wanted ``keys`` from below DRAM (read from SSD, or recomputed); only ``learned`` uses it."""
+        """A request wanted ``keys`` from below DRAM (read from SSD, or recomputed); only ``auto`` uses it."""
 
     def affords(self, extra_bytes: int) -> bool:
         """Pure: whether ``extra_bytes`` more than the admitted node itself (its unwritten prefix,

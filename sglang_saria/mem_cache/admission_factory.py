@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sglang_saria import policy_names
 from sglang_saria.config import AdmissionConfig
-from sglang_saria.mem_cache import auto, budget, learned  # noqa: F401  (register auto, budget:<DWPD>, learned)
+from sglang_saria.mem_cache import auto, budget, learned  # noqa: F401  (register loadaware, budget:<DWPD>, auto)
 from sglang_saria.mem_cache.admission import AdmissionPolicy  # registers the fixed and threshold kinds
 
 

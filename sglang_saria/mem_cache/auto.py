@@ -1,17 +1,20 @@
-"""``auto`` admission: spend writes when a recomputation would queue, save them when the GPU is idle.
+"""``loadaware`` admission: spend writes when a recomputation would queue, save them when the GPU is idle.
+
+A comparison row for the operators' ``auto`` (``learned.py``): an eviction-count threshold that follows
+the load signal, with constants chosen on the replay's development sessions.
 
 The threshold a write budget needs moves with the workload, the model and the load (paper 5.2:
 "the threshold needed to meet a write budget thus depends on both workload and model"; the
 replay: E3 writes 0.82x FD at 6,500 tokens/s and 0.42x at 15,950 on the same sessions). What a
 deferred write costs is a recomputation, and a recomputation costs only as much as the GPU is
 busy: an idle GPU recomputes a context at once, a loaded one queues everyone behind it. So
-``auto`` reads a load signal, the prefill work queued on the GPU in seconds (the replay: the
+``loadaware`` reads a load signal, the prefill work queued on the GPU in seconds (the replay: the
 modelled GPU's backlog; SGLang: the scheduler's waiting-queue tokens over its prefill rate,
 rank-agreed), smoothed over ``tau_s`` (one long prompt is not load), and writes at a block's
 first DRAM eviction while the smoothed backlog passes ``spend_backlog_s``, at its second
 otherwise; a block reused ``reuse_spend`` times (a long-lived agent context) is written at its
 first eviction either way. Hints from agents (``hints.py``) and a
-drive rating (``auto:<DWPD>``: the sliding-window cap of ``budget.py``, whose threshold wins
+drive rating (``loadaware:<DWPD>``: the sliding-window cap of ``budget.py``, whose threshold wins
 when it is higher) bound it. Under a rating, spending stops once less than ``spend_fill`` of
 the window's budget is unspent: what is left keeps the E2 floor, so the cap does not have to
 raise the threshold under load, where deferred writes turn into recomputation (an earlier
@@ -41,7 +44,7 @@ from sglang_saria.mem_cache.hints import AgentHints
 
 @dataclass(frozen=True)
 class LoadParams:
-    """When a recomputation is expensive enough to spend a write on (``AdmissionConfig.auto_*``)."""
+    """When a recomputation is expensive enough to spend a write on (``AdmissionConfig.loadaware_*``)."""
 
     spend_backlog_s: float = 1.5  # smoothed queued prefill (seconds of GPU work) above which blocks are written at E1
     theta_idle: int = 2  # theta_E while the smoothed backlog is at most ``spend_backlog_s``
@@ -50,15 +53,16 @@ class LoadParams:
     spend_fill: float = 0.7  # with a budget: spend only while this share of the window's budget is unspent
 
 
-class AutoAdmission(ThresholdAdmission):
-    """``auto`` / ``auto:<DWPD>``: the eviction threshold follows the load signal, under an optional cap."""
+class LoadAwareAdmission(ThresholdAdmission):
+    """``loadaware`` / ``loadaware:<DWPD>``: the eviction threshold follows the load signal, under an optional cap."""
 
     def __init__(self, load: LoadParams, budget: WriteBudgetController | None = None) -> None:
         super().__init__(load.theta_idle, None)
         self.load = load
         self.budget = budget
-        self.name = "auto" if budget is None else f"auto:{budget.params.dwpd:g}"
+        self.name = "loadaware" if budget is None else f"loadaware:{budget.params.dwpd:g}"
         self.uses_eviction_count = True
+        self.reads_load = True
         self.retunes_on_write = budget is not None
         self.backlog_s = 0.0  # smoothed (exponential moving average over ``tau_s``)
         self._t: float | None = None
@@ -137,11 +141,11 @@ class AutoAdmission(ThresholdAdmission):
                 "fill": self.budget.fill if self.budget is not None else 1.0}
 
 
-@policy_names.register("auto")
-def _make_auto(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> AutoAdmission:
-    cfg = cfg or AdmissionConfig(policy="auto")
-    load = LoadParams(spend_backlog_s=cfg.auto_spend_backlog_s, theta_idle=cfg.auto_theta_idle, tau_s=cfg.auto_tau_s,
-                      reuse_spend=cfg.auto_reuse_spend, spend_fill=cfg.auto_spend_fill)
+@policy_names.register("loadaware")
+def _make_loadaware(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> LoadAwareAdmission:
+    cfg = cfg or AdmissionConfig(policy="loadaware")
+    load = LoadParams(spend_backlog_s=cfg.loadaware_spend_backlog_s, theta_idle=cfg.loadaware_theta_idle, tau_s=cfg.loadaware_tau_s,
+                      reuse_spend=cfg.loadaware_reuse_spend, spend_fill=cfg.loadaware_spend_fill)
     if pn.dwpd is None:
-        return AutoAdmission(load)
-    return AutoAdmission(load, rated_budget("auto", pn.dwpd, cfg, ssd_capacity_bytes))
+        return LoadAwareAdmission(load)
+    return LoadAwareAdmission(load, rated_budget("loadaware", pn.dwpd, cfg, ssd_capacity_bytes))

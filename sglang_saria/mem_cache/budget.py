@@ -178,7 +178,7 @@ def _make_budget(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_c
 
 
 def rated_budget(policy: str, dwpd: float, cfg: AdmissionConfig, ssd_capacity_bytes: int) -> WriteBudgetController:
-    """The write budget of ``<policy>:<dwpd>`` (auto, learned): the cap's threshold starts at 1,
+    """The write budget of ``<policy>:<dwpd>`` (auto, loadaware): the cap's threshold starts at 1,
     so the policy's own rule decides until the window runs low. Raises ConfigError without a
     drive capacity (``admission.budget_capacity_bytes``, or an SSD tier)."""
     capacity = cfg.budget_capacity_bytes or ssd_capacity_bytes

@@ -1,6 +1,7 @@
-"""``learned`` admission: write a block at its DRAM eviction when its learned chance of reuse pays.
+"""``auto`` admission (the operators' policy): write a block at its DRAM eviction when its learned chance
+of reuse pays.
 
-Fixed thresholds and ``auto`` count evictions; what a write is worth is whether the block is read
+Fixed thresholds and ``loadaware`` count evictions; what a write is worth is whether the block is read
 again while out of DRAM, and, when the SSD is full, whether it is worth more than the copy it
 displaces. This policy estimates that chance online, from the running workload alone:
 
@@ -19,14 +20,14 @@ Decision at an eviction (``admits_key``, EVICT only; every write goes through th
 robust rule, prefix-closed): admit when the odds ``p / (1 - p)`` reach the bar
 ``odds / (1 + backlog_s / load_ref_s)``, where ``backlog_s`` is the driver's load signal (prefill
 work queued on the GPU, seconds: a queued GPU makes each recomputation dearer) and, under a drive
-rating (``learned:<DWPD>``), the bar is divided by the share of the window's budget left (none
+rating (``auto:<DWPD>``), the bar is divided by the share of the window's budget left (none
 left: no write). When the SSD has no room for the block, the victim the write would displace is
 classed the same way (its counters and idle time now) and the block is admitted only if its
 chance is higher (TinyLFU's comparison with the victim). The two constants, ``odds`` (1: a write
 pays when a reuse is at least as likely as not) and ``load_ref_s`` (1 s of queued prefill halves
 the bar), are stated in ``docs/admission.md`` with the results at half and double each.
 
-Agents' hints (``hints.py``) come first in the sequencer, as for ``auto``. Decisions are counted by
+Agents' hints (``hints.py``) come first in the sequencer. Decisions are counted by
 reason (``decisions``: ``admit``, ``cold``, ``victim``, ``budget``); ``state_dict`` /
 ``load_state_dict`` carry the classes and the ghost across a restart.
 """
@@ -34,7 +35,7 @@ reason (``decisions``: ``admit``, ``cold``, ``victim``, ``budget``); ``state_dic
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from sglang_saria import policy_names
@@ -52,17 +53,18 @@ N_CLASSES = R_CLASSES * E_CLASSES * AGE_CLASSES
 #: tracemalloc on CPython 3.11 (92 just after the table doubles, 122 while it does), 104 with a margin
 GHOST_BYTES_PER_BLOCK = 104
 #: Prometheus name of ``decisions`` (label: reason)
-METRIC_DECISIONS = "sglang:saria_learned_admission_decisions_total"
+METRIC_DECISIONS = "sglang:saria_auto_decisions_total"
 _STATE_VERSION = 1
 
 
 @dataclass(frozen=True)
 class LearnedParams:
-    """The policy's constants (``AdmissionConfig.learned_*``)."""
+    """The policy's constants (``AdmissionConfig.auto_odds``, ``auto_load_ref_s``, ``auto_max_bytes``)."""
 
     odds: float = 1.0  # reuse odds p / (1 - p) at which a write pays on an idle GPU
     load_ref_s: float = 1.0  # queued prefill (s) that halves the bar
     max_bytes: int = 64 << 20  # ghost memory bound
+    lazy_closure: bool = True  # ancestors still in DRAM are written at their own eviction (sequencer)
 
     @property
     def max_blocks(self) -> int:
@@ -77,18 +79,20 @@ def block_class(R: int, E: int, idle_s: float) -> int:
 
 
 class LearnedAdmission(AdmissionPolicy):
-    """``learned`` / ``learned:<DWPD>``: admit by the learned reuse chance of the block's class."""
+    """``auto`` / ``auto:<DWPD>``: admit by the learned reuse chance of the block's class."""
 
     keyed = True
     prefix_closed = True
     compares_victim = True
     learns = True
+    reads_load = True
 
     def __init__(self, params: LearnedParams | None = None, budget: WriteBudgetController | None = None) -> None:
         super().__init__()
         self.params = params or LearnedParams()
+        self.lazy_closure = self.params.lazy_closure
         self.budget = budget
-        self.name = "learned" if budget is None else f"learned:{budget.params.dwpd:g}"
+        self.name = "auto" if budget is None else f"auto:{budget.params.dwpd:g}"
         self.retunes_on_write = budget is not None
         self.hints = AgentHints()
         self.seen = [0] * N_CLASSES
@@ -133,7 +137,7 @@ class LearnedAdmission(AdmissionPolicy):
         return b
 
     def should_admit(self, E: int, R: int, event: AdmissionEvent) -> bool:
-        raise TypeError("learned decides by block (admits_key), not by counters")
+        raise TypeError("auto decides by block (admits_key), not by counters")
 
     def admits_key(self, key: Hashable, event: AdmissionEvent, node: ContextNode | None = None,
                    victim: ContextNode | None = None) -> bool:
@@ -193,10 +197,15 @@ class LearnedAdmission(AdmissionPolicy):
 
     def state_dict(self) -> dict:
         """The learned state as JSON-able data: class counts and the ghost (keys that are ints or strings)."""
-        return {"version": _STATE_VERSION, "seen": list(self.seen), "reused": list(self.reused),
-                "ghost": [[k, c] for k, c in self.ghost.items() if isinstance(k, (int, str))]}
+        return _state(self.seen, self.reused, self.ghost)
 
-    def load_state_dict(self, state: dict, source: str = "learned admission state") -> None:
+    def snapshot(self) -> Callable[[], dict]:
+        """The state now, copied at C speed (for a driver's scheduler thread); calling the result
+        builds ``state_dict``'s data from the copy, on any thread."""
+        seen, reused, ghost = list(self.seen), list(self.reused), dict(self.ghost)
+        return lambda: _state(seen, reused, ghost)
+
+    def load_state_dict(self, state: dict, source: str = "auto admission state") -> None:
         """Restore ``state_dict``'s output; a malformed state raises ConfigError naming the field, and
         changes nothing."""
         if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
@@ -219,10 +228,16 @@ class LearnedAdmission(AdmissionPolicy):
         self.ghost = {k: c for k, c in ghost[-self.params.max_blocks:]}
 
 
-@policy_names.register("learned")
-def _make_learned(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> LearnedAdmission:
-    cfg = cfg or AdmissionConfig(policy="learned")
-    params = LearnedParams(odds=cfg.learned_odds, load_ref_s=cfg.learned_load_ref_s, max_bytes=cfg.learned_max_bytes)
+def _state(seen: list[int], reused: list[int], ghost: dict) -> dict:
+    return {"version": _STATE_VERSION, "seen": list(seen), "reused": list(reused),
+            "ghost": [[k, c] for k, c in ghost.items() if isinstance(k, (int, str))]}
+
+
+@policy_names.register("auto")
+def _make_auto(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> LearnedAdmission:
+    cfg = cfg or AdmissionConfig(policy="auto")
+    params = LearnedParams(odds=cfg.auto_odds, load_ref_s=cfg.auto_load_ref_s, max_bytes=cfg.auto_max_bytes,
+                           lazy_closure=cfg.auto_lazy_closure)
     if pn.dwpd is None:
         return LearnedAdmission(params)
-    return LearnedAdmission(params, rated_budget("learned", pn.dwpd, cfg, ssd_capacity_bytes))
+    return LearnedAdmission(params, rated_budget("auto", pn.dwpd, cfg, ssd_capacity_bytes))

@@ -16,7 +16,10 @@ once, SGLang after the write it deferred the reclaim for. Under the robust rule 
 policies, ``admission.rule = "robust"``) a write closes over every ancestor not on SSD, starts
 only at checkpoint nodes on hybrid models, is skipped when an ancestor is on no tier, needs
 ``theta_E`` evictions since the node's last SSD copy was lost, and total writes stay within
-the computed content (docs/fidelity.md). The tiers are read through a ``TierView``. Promotion
+the computed content (docs/fidelity.md). A policy with ``lazy_closure`` (``auto``) on an FA-only
+model writes the node alone while its parent has a copy; the parent is written at its own
+eviction because the node's SSD copy needs it (``closure_forced``), so ancestors that stay in
+DRAM until the prefix is used again are never written. The tiers are read through a ``TierView``. Promotion
 (which DRAM nodes a replica may displace) is decided in ``promotion.py``, with ``robust`` from here.
 """
 
@@ -39,6 +42,8 @@ class RuleStats:
 
     unusable_skipped: int = 0  # qualifying nodes not written: an ancestor is on no tier (or the chain passes SSD)
     credit_refused: int = 0  # total writes would pass the computed content
+    closure_deferred: int = 0  # lazy closure: writes that left their parent in DRAM for its own eviction
+    closure_forced: int = 0  # lazy closure: nodes written at their eviction because a descendant's SSD copy needs them
 
 
 class WriteSequencer:
@@ -50,6 +55,11 @@ class WriteSequencer:
         self.stats = stats if stats is not None else RuleStats()
         self.hints = admission.hints  # agents' hints come before the policy (mem_cache/hints.py)
         self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
+        # lazy closure on FA-only models: on hybrid ones (writes start at checkpoint nodes) the replay's
+        # lazy runs lost most hits on the development sessions, so they close over the chain at once
+        self.lazy = self.robust and admission.lazy_closure
+        # lazy closure: block key of a parent left in DRAM -> the (last) child written without it
+        self._needed_by: dict[Hashable, Hashable] = {}
 
     # ------------------------------------------------------------------ events
     def insert(self, view: TierView, key: Hashable, node: ContextNode, hbm: Container = ()) -> list | None:
@@ -129,19 +139,27 @@ class WriteSequencer:
         admission = self.admission
         if not self.robust:
             if admission.keyed:
-                return [key] if admission.admits_key(key, event, node, self._victim(view, key)) else None
+                return [key] if admission.admits_key(view.block_key(key), event, node, self._victim(view, key)) else None
             return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
-        if self._checkpoint_only(view) and not view.has_checkpoint(key):
+        lazy = self.lazy and not view.hybrid
+        forced = False
+        if lazy and event is _EVICT:
+            child = self._needed_by.pop(view.block_key(key), None)
+            forced = child is not None and bool((view.location(child) or 0) & SSD)
+        if forced:
+            self.stats.closure_forced += 1
+            admitted = True
+        elif self._checkpoint_only(view) and not view.has_checkpoint(key):
             return None
-        if admission.keyed:
-            admitted = admission.admits_key(key, event, node, self._victim(view, key))
+        elif admission.keyed:
+            admitted = admission.admits_key(view.block_key(key), event, node, self._victim(view, key))
         else:
             admitted = admission.should_admit(node.E + evictions - node.e_spent, node.R, event)
         if not admitted:
             if not hinted:
                 return None
             hints.counts["hinted_writes"] += 1
-        chain = self._missing_prefix(view, key, hbm)
+        chain = self._lazy_chain(view, key, hbm) if lazy else self._missing_prefix(view, key, hbm)
         if chain is None:
             self.stats.unusable_skipped += 1
             return None
@@ -163,6 +181,21 @@ class WriteSequencer:
     def _victim(self, view: TierView, key: Hashable) -> ContextNode | None:
         """For a ``compares_victim`` policy: the SSD node a write of ``key`` would displace first (None: room)."""
         return view.ssd_victim(view.size(key)[0]) if self.admission.compares_victim else None
+
+    def _lazy_chain(self, view: TierView, key: Hashable, hbm: Container) -> list | None:
+        """Lazy closure: ``[key]`` if its parent has a copy (SSD, DRAM or ``hbm``), else None. A parent not on
+        SSD is written at its own eviction (``_needed_by``), where its own parent is checked: O(1) per write,
+        where closing over the chain walks every ancestor up to SSD."""
+        p = view.parent(key)
+        if p is None:
+            return [key]
+        loc = view.location(p)
+        if loc is None or not (loc & (SSD | DRAM) or p in hbm):
+            return None
+        if not loc & SSD:
+            self._needed_by[view.block_key(p)] = key
+            self.stats.closure_deferred += 1
+        return [key]
 
     @staticmethod
     def _missing_prefix(view: TierView, key: Hashable, hbm: Container) -> list | None:

@@ -47,3 +47,7 @@ class TierView(Protocol):
 
     def ssd_victim(self, tokens: int) -> "ContextNode | None":
         """The node whose SSD copy a write of ``tokens`` would displace first; None while SSD has room."""
+
+    def block_key(self, key: Hashable) -> Hashable:
+        """The content key a keyed policy remembers ``key`` by across residencies (its ghost): the
+        replay's block key, a tree node's last page."""

@@ -175,3 +175,6 @@ class ReplayTierView:
         if ssd.free_tokens >= tokens or not ssd.used_tokens:
             return None
         return self._nodes[ssd.victim()]
+
+    def block_key(self, key: int) -> int:
+        return key

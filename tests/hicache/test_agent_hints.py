@@ -1,7 +1,7 @@
 """Agents' hints in the SGLang driver (issue 26), without a server: the hint's rules (what a chat
 request may say, `plugin/requests.py`), its way through ``custom_params``, and what a released request's hint
 does to the `auto` policy's decisions on its pages. The server-level proof is
-tests/e2e/test_auto_admission.py."""
+tests/e2e/test_loadaware_admission.py."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_valid_hints_reach_the_scheduler_through_custom_params_beside_the_client
 
 
 def auto_policy(stored: set[str] | None = None, demoted: list[str] | None = None) -> SariaHiCachePolicy:
-    config = SariaConfig.from_dict({"admission": {"policy": "auto", "auto_spend_backlog_s": 0.5}})
+    config = SariaConfig.from_dict({"admission": {"policy": "loadaware", "loadaware_spend_backlog_s": 0.5}})
     on_ssd = (stored if stored is not None else set()).__contains__
     on_ssd_demote = None if demoted is None else demoted.extend
     return SariaHiCachePolicy(config, page_size=16, on_ssd=on_ssd, clock=lambda: 100.0, on_ssd_demote=on_ssd_demote)

@@ -3,7 +3,7 @@ SGLang's load inquirer (each waiting request's tokens less its match and storage
 request's rest), its measured prefill rate (converted as the replay converts), the step feed that
 moves `auto`'s threshold, and the same value on every attention rank (MAX in the rank agreement's
 step). On a real server: tests/e2e/test_auto_load_signal.py (the replay's value for the same
-queue) and tests/e2e/test_auto_admission.py (the decisions it drives)."""
+queue) and tests/e2e/test_loadaware_admission.py (the decisions it drives)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ class _Cache(LoadSignalMixin, _Base):
 
 
 def _policy(name: str, clock: list[float], tau_s: float = 1.0, agreement=None) -> SariaHiCachePolicy:
-    config = SariaConfig.from_dict({"admission": {"policy": name, "auto_spend_backlog_s": 0.5, "auto_tau_s": tau_s}})
+    config = SariaConfig.from_dict({"admission": {"policy": name, "loadaware_spend_backlog_s": 0.5, "loadaware_tau_s": tau_s}})
     if agreement is not None:  # as `runtime.saria_policy` builds it on several ranks
         return SariaHiCachePolicy(config, page_size=16, on_ssd=agreement.on_ssd, clock=agreement.clock)
     return SariaHiCachePolicy(config, page_size=16, on_ssd=lambda h: False, clock=lambda: clock[0])
@@ -178,7 +178,7 @@ def _sample(name: str, labels: Optional[dict] = None) -> float:
 
 def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     clock = [100.0]
-    policy = _policy("auto", clock)
+    policy = _policy("loadaware", clock)
     cache = _Cache(policy)
     cache.check_hicache_events()  # the scheduler has not handed its load inquirer over yet: nothing read
     assert cache.stepped and policy.admission.theta_E == 2
@@ -187,7 +187,7 @@ def test_each_step_feeds_auto_before_hicaches_events_and_exports_its_gauges():
     cache.note_prefill_batch()
     cache.check_hicache_events()
     assert policy.admission.loaded and policy.admission.theta_E == 1
-    assert _sample("sglang:saria_auto_theta_e") == 1 and _sample("sglang:saria_auto_backlog_seconds") == pytest.approx(2.0)
+    assert _sample("sglang:saria_loadaware_theta_e") == 1 and _sample("sglang:saria_auto_backlog_seconds") == pytest.approx(2.0)
     assert _sample("sglang:saria_auto_queued_prefill_tokens") == 13000
     inquirer.waiting = []  # the queue drained; ten time constants later the smoothed backlog is gone
     clock[0] += 10.0
@@ -257,7 +257,7 @@ def test_every_rank_reads_the_largest_load_of_the_ranks(monkeypatch):
 
     monkeypatch.setattr(rank_agreement.dist, "all_reduce", all_reduce)
     agreement = rank_agreement.RankAgreement(lambda h: False, lambda: [], ["group"])
-    policy = _policy("auto", [100.0], tau_s=1e-9, agreement=agreement)  # no smoothing: the step's value decides
+    policy = _policy("loadaware", [100.0], tau_s=1e-9, agreement=agreement)  # no smoothing: the step's value decides
     cache = _Cache(policy)
     cache._agreement = agreement
     inquirer = Inquirer(waiting=waiting(6500))  # 1 s queued on this rank

@@ -1,7 +1,6 @@
-"""`auto` admission (issue 26): the eviction threshold follows a smoothed load signal, a long-reused
-block is written at its first eviction, and `auto:<DWPD>` never passes its window's budget."""
+"""`auto` admission: a block's reuse chance is learned per class from the ghost of evicted blocks,
+a write must beat the bar (load, budget) and, when the SSD is full, the victim it displaces."""
 
-import itertools
 import math
 
 import pytest
@@ -10,104 +9,185 @@ from sglang_saria import policy_names
 from sglang_saria.config import AdmissionConfig, ConfigError, SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
-from sglang_saria.mem_cache.auto import AutoAdmission, LoadParams
+from sglang_saria.mem_cache.learned import (AGE_CLASSES, GHOST_BYTES_PER_BLOCK, N_CLASSES, LearnedAdmission,
+                                            LearnedParams, block_class)
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
+from sglang_saria.mem_cache.sequencer import WriteSequencer
 
-EVICT, PREWRITE, INSERT, REUSE = (AdmissionEvent.EVICT, AdmissionEvent.PREWRITE, AdmissionEvent.INSERT,
-                                  AdmissionEvent.REUSE)
+EVICT, INSERT, PREWRITE = AdmissionEvent.EVICT, AdmissionEvent.INSERT, AdmissionEvent.PREWRITE
 
 
-def test_names_parse_and_bad_ratings_are_refused():
+def node(R: int, E: int, t_reuse: float) -> ContextNode:
+    n = ContextNode(t_reuse, False)
+    n.R, n.E = R, E
+    return n
+
+
+def teach(policy: LearnedAdmission, R: int, E: int, idle_s: float, n: int, reused: int, first_key: int) -> None:
+    """``n`` evictions of blocks of one class, ``reused`` of them wanted again from below DRAM."""
+    policy.on_clock(10_000.0)
+    keys = range(first_key, first_key + n)
+    for k in keys:
+        policy.admits_key(k, EVICT, node(R, E - 1, 10_000.0 - idle_s))
+    policy.on_missed(list(keys)[:reused])
+
+
+def test_names_config_and_factory():
     assert policy_names.parse("auto") == policy_names.PolicyName("auto")
-    assert policy_names.parse("auto:2.5") == policy_names.PolicyName("auto", dwpd=2.5)
-    for bad in ("auto:0", "auto:-1", "auto:x", "auto:"):
-        with pytest.raises(ValueError, match="auto:<DWPD> needs a positive number"):
-            policy_names.parse(bad)
-    with pytest.raises(ConfigError, match="admission.auto_tau_s"):
-        SariaConfig.from_dict({"admission": {"policy": "auto", "auto_tau_s": 0}}).validate()
-    with pytest.raises(ConfigError, match="admission.auto_spend_fill"):
-        SariaConfig.from_dict({"admission": {"policy": "auto:2", "auto_spend_fill": 1.5}}).validate()
+    assert policy_names.parse("auto:3") == policy_names.PolicyName("auto", dwpd=3.0)
+    with pytest.raises(ValueError, match="auto:<DWPD> needs a positive number"):
+        policy_names.parse("auto:0")
+    with pytest.raises(ConfigError, match="admission.auto_odds"):
+        SariaConfig.from_dict({"admission": {"policy": "auto", "auto_odds": 0}}).validate()
+    with pytest.raises(ConfigError, match="admission.auto_max_bytes"):
+        SariaConfig.from_dict({"admission": {"policy": "auto", "auto_max_bytes": -1}}).validate()
+    p = make_admission_policy("auto", AdmissionConfig(policy="auto", auto_odds=2.0, auto_load_ref_s=3.0))
+    assert isinstance(p, LearnedAdmission) and p.params.odds == 2.0 and p.params.load_ref_s == 3.0
+    capped = make_admission_policy("auto:2", AdmissionConfig(policy="auto:2"), ssd_capacity_bytes=1 << 30)
+    assert capped.budget is not None and capped.name == "auto:2"
+    with pytest.raises(ConfigError, match="needs a drive capacity"):
+        make_admission_policy("auto:2", AdmissionConfig(policy="auto:2"))
 
 
-def test_one_long_prompt_is_no_load_but_ten_minutes_of_queueing_is():
-    auto = AutoAdmission(LoadParams(spend_backlog_s=1.0, tau_s=600.0))
-    auto.on_load(0.0, 0.0)
-    auto.on_load(30.0, 1.0)  # a 30-s prefill queued for a second: the average barely moves
-    assert not auto.loaded and auto.theta_E == 2
-    for t in range(2, 600, 10):  # the GPU stays 5 s behind for ten minutes
-        auto.on_load(5.0, float(t))
-    assert auto.loaded and auto.theta_E == 1
-    auto.on_load(0.0, 4000.0)  # an hour idle
-    assert not auto.loaded and auto.theta_E == 2
-    assert auto.backlog_s < 5.0 * math.exp(-(4000.0 - 592.0) / 600.0)  # decayed below the last average
+def test_classes_cover_counters_and_idle_time():
+    seen = {block_class(R, E, idle) for R in range(6) for E in range(1, 6) for idle in (0, 0.5, 1, 3, 100, 1e9)}
+    assert seen <= set(range(N_CLASSES))
+    assert block_class(0, 1, 0.2) != block_class(0, 1, 300.0) != block_class(5, 1, 300.0)
+    assert block_class(0, 1, 1e9) % AGE_CLASSES == AGE_CLASSES - 1
 
 
-def test_a_clock_going_backwards_changes_nothing():
-    auto = AutoAdmission(LoadParams())
-    auto.on_load(10.0, 100.0)
-    auto.on_load(0.0, 50.0)
-    assert auto.backlog_s == 10.0 and auto.loaded
+def test_cold_class_rejected_hot_class_admitted_after_learning():
+    p = LearnedAdmission()
+    teach(p, R=0, E=1, idle_s=600, n=50, reused=2, first_key=0)  # cold: 2 of 50 came back
+    teach(p, R=3, E=2, idle_s=600, n=50, reused=45, first_key=1000)  # hot: 45 of 50
+    assert p.chance(block_class(0, 1, 600)) < 0.1 < 0.85 < p.chance(block_class(3, 2, 600))
+    before = dict(p.decisions)
+    assert not p.admits_key(5000, EVICT, node(0, 0, 10_000.0 - 600))
+    assert p.admits_key(5001, EVICT, node(3, 1, 10_000.0 - 600))
+    assert p.decisions["cold"] == before["cold"] + 1 and p.decisions["admit"] == before["admit"] + 1
+    assert not p.admits_key(5002, INSERT, node(3, 1, 0.0)) and not p.admits_key(5002, PREWRITE, node(3, 1, 0.0))
 
 
-def test_loaded_writes_at_the_first_eviction_idle_at_the_second_and_reused_blocks_at_the_first():
-    auto = AutoAdmission(LoadParams(reuse_spend=4))
-    auto.on_load(0.0, 0.0)
-    assert not auto.should_admit(1, 0, EVICT) and auto.should_admit(2, 0, EVICT)
-    assert auto.should_admit(1, 4, EVICT) and not auto.should_admit(1, 3, EVICT)
-    assert auto.should_admit(0, 4, PREWRITE)  # it would qualify at its next (first) eviction
-    assert not auto.should_admit(0, 9, INSERT) and not auto.should_admit(0, 9, REUSE)  # never before an eviction
-    auto.on_load(50.0, 10.0)
-    auto.on_load(50.0, 10_000.0)
-    assert auto.loaded and auto.should_admit(1, 0, EVICT)
+def test_asking_twice_for_one_eviction_tracks_the_block_once():
+    p = LearnedAdmission()
+    n = node(1, 0, 0.0)
+    cls = block_class(1, 1, 0.0)
+    p.admits_key(7, EVICT, n)
+    p.admits_key(7, EVICT, n)
+    assert p.seen[cls] == 1 and len(p.ghost) == 1
+    p.on_missed({7, 8})
+    assert p.reused[cls] == 1 and 7 not in p.ghost
+    p.on_missed([7])  # once reused, the block's eviction is settled
+    assert p.reused[cls] == 1
 
 
-@pytest.mark.parametrize("reuse_spend", [0, 4])
-@pytest.mark.parametrize("backlog", [0.0, 100.0])
-def test_thresholds_are_a_necessary_condition(reuse_spend, backlog):
-    auto = AutoAdmission(LoadParams(reuse_spend=reuse_spend))
-    auto.on_load(backlog, 0.0)
-    for event in (EVICT, PREWRITE, INSERT, REUSE):
-        r_min, e_min = auto.thresholds(event)
-        for E, R in itertools.product(range(6), range(8)):
-            if auto.should_admit(E, R, event):
-                assert R >= r_min or E >= e_min, (event, E, R)
+def test_a_hotter_victim_is_kept():
+    p = LearnedAdmission()
+    teach(p, R=1, E=1, idle_s=600, n=40, reused=30, first_key=0)
+    teach(p, R=3, E=3, idle_s=600, n=40, reused=39, first_key=100)
+    candidate = node(1, 0, 10_000.0 - 600)
+    assert p.admits_key(500, EVICT, candidate, victim=None)
+    assert not p.admits_key(501, EVICT, node(1, 0, 10_000.0 - 600), victim=node(3, 3, 10_000.0 - 600))
+    assert p.decisions["victim"] == 1
+    assert p.admits_key(502, EVICT, node(3, 2, 10_000.0 - 600), victim=node(1, 1, 10_000.0 - 600))
 
 
-def test_auto_with_a_rating_never_passes_its_windows_budget():
-    cfg = AdmissionConfig(policy="auto:1", budget_window_s=100.0)
-    auto = make_admission_policy("auto:1", cfg, ssd_capacity_bytes=86_400_000)  # 1 DWPD: 1 KB/s, 100 KB per window
-    assert isinstance(auto, AutoAdmission) and auto.name == "auto:1"
-    auto.on_clock(0.0)
-    auto.on_load(100.0, 0.0)
-    auto.on_load(100.0, 5000.0)
-    assert auto.theta_E == 1  # loaded, budget full: spend
-    written = 0
-    while auto.should_admit(1, 0, EVICT):
-        auto.on_admitted(EVICT, 7_000)
-        written += 7_000
-    assert written == 35_000 and auto.theta_E == 2  # spending stops below 70% unspent: the E2 floor keeps the rest
-    while auto.should_admit(2, 0, EVICT):
-        auto.on_admitted(EVICT, 7_000)
-        written += 7_000
-    assert 90_000 < written <= 100_000 and auto.theta_E > 2  # the budget's threshold wins as the window runs out
-    assert auto.should_admit(50, 0, EVICT)  # budget left: a block evicted often enough still goes
-    auto.on_admitted(EVICT, 100_000)  # one node may overdraw the window; then nothing more
-    assert auto.budget.level <= 0 and not auto.should_admit(50, 50, EVICT)
-    assert auto.thresholds(EVICT) == (math.inf, math.inf)
-    auto.on_clock(201.0)  # the window slid past every write
-    assert auto.budget.level == pytest.approx(100_000) and auto.theta_E == 1
+def test_load_lowers_the_bar_and_an_empty_budget_closes_it():
+    p = LearnedAdmission(LearnedParams(odds=1.0, load_ref_s=2.0))
+    teach(p, R=0, E=1, idle_s=50, n=30, reused=10, first_key=0)  # odds about 1/2
+    k = block_class(0, 1, 50)
+    assert 0.3 < p.chance(k) < 0.4
+    assert not p.admits_key(100, EVICT, node(0, 0, 10_000.0 - 50))
+    p.on_load(4.0, 10_000.0)  # bar 1 / (1 + 4 / 2) = 1/3
+    assert p.bar() == pytest.approx(1 / 3)
+    assert p.admits_key(101, EVICT, node(0, 0, 10_000.0 - 50))
+    capped = make_admission_policy("auto:1", AdmissionConfig(policy="auto:1"), ssd_capacity_bytes=1000)
+    capped.on_clock(0.0)
+    capped.on_admitted(EVICT, 10_000)  # far past the day's 1,000 bytes
+    assert capped.bar() == math.inf
+    assert not capped.admits_key(1, EVICT, node(3, 3, 0.0)) and capped.decisions["budget"] == 1
 
 
-def test_auto_with_a_rating_needs_a_drive_capacity():
-    with pytest.raises(ConfigError, match="auto:2.*needs a drive capacity"):
-        make_admission_policy("auto:2", AdmissionConfig(policy="auto:2"), ssd_capacity_bytes=0)
+def test_ghost_memory_is_bounded_oldest_first():
+    p = LearnedAdmission(LearnedParams(max_bytes=10 * GHOST_BYTES_PER_BLOCK))
+    for k in range(25):
+        p.admits_key(k, EVICT, node(0, 0, 0.0))
+    assert len(p.ghost) == 10 and min(p.ghost) == 15
 
 
-def test_decisions_are_counted_by_load_state():
-    auto = AutoAdmission(LoadParams())
-    auto.on_load(0.0, 0.0)
-    auto.on_admitted(EVICT, 1)
-    auto.on_load(100.0, 1.0)
-    auto.on_load(100.0, 9000.0)
-    auto.on_admitted(EVICT, 1)
-    assert auto.decisions == {"spend": 1, "save": 1}
-    assert auto.state()["loaded"] == 1.0 and auto.state()["fill"] == 1.0
+def test_state_round_trip_and_bad_state_named():
+    p = LearnedAdmission()
+    teach(p, R=2, E=2, idle_s=100, n=20, reused=15, first_key=0)
+    q = LearnedAdmission()
+    q.load_state_dict(p.state_dict())
+    assert q.seen == p.seen and q.reused == p.reused and q.ghost == p.ghost
+    good = p.state_dict()
+    for field, bad in (("version", 99), ("seen", [1, 2]), ("reused", [-1] * N_CLASSES), ("ghost", [[1, N_CLASSES]])):
+        with pytest.raises(ConfigError, match=field):
+            q.load_state_dict({**good, field: bad}, source="state.json")
+    with pytest.raises(ConfigError, match="reused must not exceed seen"):
+        q.load_state_dict({**good, "reused": [s + 1 for s in good["seen"]]})
+    assert q.seen == p.seen  # a refused state changes nothing
+
+
+class _ChainView:
+    """Blocks 1 <- 2 <- 3 (a chain from the root), in DRAM unless put on SSD; one token, one byte each."""
+
+    hybrid = False
+    ssd_capacity_tokens = 1_000
+
+    def __init__(self) -> None:
+        self.on_ssd: set[int] = set()
+
+    def parent(self, key):
+        return key - 1 if key > 1 else None
+
+    def location(self, key):
+        return DRAM | (SSD if key in self.on_ssd else 0)
+
+    def has_checkpoint(self, key):
+        return False
+
+    def size(self, key):
+        return 1, 1
+
+    def computed_bytes(self):
+        return 1_000
+
+    def ssd_victim(self, tokens):
+        return None
+
+    def block_key(self, key):
+        return key
+
+
+def _hot_auto(lazy: bool) -> LearnedAdmission:
+    p = LearnedAdmission(LearnedParams(lazy_closure=lazy))
+    teach(p, R=1, E=1, idle_s=100, n=10, reused=10, first_key=1000)  # blocks like these come back
+    return p
+
+
+def test_lazy_closure_writes_an_ancestor_at_its_own_eviction_because_the_descendant_needs_it():
+    view = _ChainView()
+    eager = WriteSequencer(_hot_auto(lazy=False), "robust")
+    assert eager.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3, 2, 1]  # closes over the DRAM ancestors
+    p = _hot_auto(lazy=True)
+    lazy = WriteSequencer(p, "robust")
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]  # the parent keeps its DRAM copy
+    view.on_ssd.add(3)
+    assert lazy.stats.closure_deferred == 1
+    # block 2 is evicted later: it is cold by its own class, and written because block 3's SSD copy needs it
+    cold = node(0, 0, 10_000.0)
+    assert lazy.evict(view, 2, cold) == [2] and lazy.stats.closure_forced == 1 and p.decisions["admit"] == 1
+    view.on_ssd.add(2)
+    assert lazy.evict(view, 1, cold) == [1] and lazy.stats.closure_forced == 2
+
+
+def test_lazy_closure_forces_nothing_once_the_descendants_copy_is_gone():
+    view = _ChainView()
+    p = _hot_auto(lazy=True)
+    lazy = WriteSequencer(p, "robust")
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]  # ordered, never stored (or evicted since)
+    cold = p.decisions["cold"]
+    assert lazy.evict(view, 2, node(0, 0, 10_000.0)) is None  # a first eviction in a new class: cold
+    assert lazy.stats.closure_forced == 0 and p.decisions["cold"] == cold + 1

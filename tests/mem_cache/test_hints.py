@@ -2,7 +2,7 @@
 whose session returns after DRAM gave it up is written at that eviction; hints are bounded."""
 
 from sglang_saria.mem_cache.admission import AdmissionEvent
-from sglang_saria.mem_cache.auto import AutoAdmission, LoadParams
+from sglang_saria.mem_cache.auto import LoadAwareAdmission, LoadParams
 from sglang_saria.mem_cache.hints import AgentHints, HintLimits
 from sglang_saria.mem_cache.metadata import DRAM, ContextNode
 from sglang_saria.mem_cache.sequencer import WriteSequencer
@@ -32,7 +32,7 @@ class _View:
 
 
 def _sequencer() -> tuple[WriteSequencer, AgentHints]:
-    auto = AutoAdmission(LoadParams())  # idle: theta_E 2
+    auto = LoadAwareAdmission(LoadParams())  # idle: theta_E 2
     auto.on_load(0.0, 0.0)
     return WriteSequencer(auto, "robust"), auto.hints
 

@@ -28,22 +28,22 @@ def test_run_records_the_frontier_and_every_policy_on_the_same_requests(sweep):
 def test_rows_only_keeps_the_frontier_and_replaces_rows_of_the_same_policy(sweep, capsys):
     before = json.loads(sweep.read_text())["settings"][0]
     assert main(["run", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "6500", "--rows-only",
-                 "--policies", "eviction:E2,oracle", "--variant", "learned@learned_odds=2", "--json", str(sweep)]) == 0
+                 "--policies", "eviction:E2,oracle", "--variant", "auto@auto_odds=2", "--json", str(sweep)]) == 0
     after = json.loads(sweep.read_text())["settings"][0]
     assert after["frontier"] == before["frontier"]
     assert [(r["policy"], r["variant"]) for r in after["rows"]] == [
-        ("none", ""), ("eviction:E2", ""), ("oracle", ""), ("learned", "learned_odds=2")]
+        ("none", ""), ("eviction:E2", ""), ("oracle", ""), ("auto", "auto_odds=2")]
     oracle = after["rows"][2]
     assert oracle["oracle_fixed_point"] and oracle["oracle_passes"] >= 1
     rendered = capsys.readouterr().out
-    assert "### Constants halved and doubled" in rendered and "learned (learned_odds=2)" in rendered
+    assert "### Constants halved and doubled" in rendered and "auto (auto_odds=2)" in rendered
 
 
 def test_bad_input_is_named(shared_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("SARIA_SHARED_DIR", str(shared_dir))
     out = str(tmp_path / "x.json")
-    with pytest.raises(ValueError, match="no field 'learned_oddz'"):
-        main(["run", "--workload", "tracelab", "--variant", "learned@learned_oddz=2", "--json", out])
+    with pytest.raises(ValueError, match="no field 'auto_oddz'"):
+        main(["run", "--workload", "tracelab", "--variant", "auto@auto_oddz=2", "--json", out])
     with pytest.raises(ValueError, match="expected weka:A-B"):
         main(["run", "--workload", "weka:x", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
     with pytest.raises(SystemExit):

@@ -1,4 +1,4 @@
-"""`auto` in the replay (issue 26): the modelled GPU's backlog drives the threshold, hints derived from
+"""`loadaware` and `auto` in the replay: the modelled GPU's backlog drives loadaware's threshold, hints derived from
 the trace skip the writes of ended sessions, and every variant serves the same requests."""
 
 import pytest
@@ -27,12 +27,12 @@ def run(sessions, policy="auto", **settings):
 
 
 def test_a_loaded_gpu_spends_writes_an_idle_one_saves_them(sessions):
-    loaded = run(sessions, prefill_tokens_per_s=800.0)  # recomputation queues for minutes
-    idle = run(sessions, prefill_tokens_per_s=200_000.0)
+    loaded = run(sessions, "loadaware", prefill_tokens_per_s=800.0)  # recomputation queues for minutes
+    idle = run(sessions, "loadaware", prefill_tokens_per_s=200_000.0)
     same_requests([loaded.metrics, idle.metrics])
     assert loaded.core.admission.decisions["spend"] > 0
     assert idle.core.admission.decisions["spend"] == 0 and idle.core.admission.decisions["save"] > 0
-    # idle, auto is E2; loaded, it writes at least as early as E2 would
+    # idle, loadaware is E2; loaded, it writes at least as early as E2 would
     e2_idle = run(sessions, "eviction:E2", prefill_tokens_per_s=200_000.0)
     assert idle.metrics["ssd_write_bytes"] == e2_idle.metrics["ssd_write_bytes"]
 
@@ -53,20 +53,3 @@ def test_end_hints_only_where_the_trace_ends_a_session_not_where_the_horizon_cut
     kept = truncate(sessions, session_starts(sessions, 7200.0, 0), 1800.0).kept
     ends_within = sum(1 for s, n in zip(sessions, kept) if n == len(s.requests))
     assert cut.core.admission.hints.counts["end"] == ends_within < full.core.admission.hints.counts["end"]
-
-
-def test_learned_takes_end_hints(sessions):
-    ended = run(sessions, "learned", hints="end")
-    assert ended.core.admission.hints.counts["skipped_writes"] > 0
-    assert ended.metrics["ssd_write_bytes"] < run(sessions, "learned").metrics["ssd_write_bytes"]
-
-
-def test_clairvoyant_return_hints_bring_writes_forward(sessions):
-    nxt = run(sessions, hints="next")
-    counts = nxt.core.admission.hints.counts
-    assert counts["expect_return"] > 0 and counts["hinted_writes"] > 0
-
-
-def test_hints_are_refused_by_name_when_unknown():
-    with pytest.raises(ValueError, match="hints='soon'"):
-        ReplaySettings(hints="soon").validate()

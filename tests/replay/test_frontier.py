@@ -1,5 +1,5 @@
 """The clairvoyant frontier (replay/frontier.py) on real WEKA sessions under DRAM and SSD pressure,
-and `learned` admission replayed on the same requests."""
+and `auto` admission replayed on the same requests."""
 
 import pytest
 
@@ -75,8 +75,8 @@ def test_bad_frontier_arguments_are_refused(pressured):
         build_frontier(sessions, starts, cfg, SPEC, settings, max_passes=1)
 
 
-def test_learned_replays_the_same_requests_and_learns_from_them(pressured, frontier):
-    learned, fd = run(pressured, "learned"), run(pressured, "full-duplicate")
-    same_requests([learned, fd])
-    assert 0 < learned["ssd_write_bytes"] < fd["ssd_write_bytes"]
-    assert learned["char"] > frontier.points[0].char
+def test_auto_replays_the_same_requests_and_learns_from_them(pressured, frontier):
+    auto, fd = run(pressured, "auto"), run(pressured, "full-duplicate")
+    same_requests([auto, fd])
+    assert 0 < auto["ssd_write_bytes"] < fd["ssd_write_bytes"]
+    assert auto["char"] > frontier.points[0].char

@@ -1,6 +1,6 @@
-"""`auto` admission and agents' hints on a real server (issue 26), pages named in advance.
+"""`loadaware` admission and agents' hints on a real server (issue 26), pages named in advance.
 
-One server, `auto` with no smoothing to speak of (``auto_tau_s`` 1 ms, ``auto_spend_backlog_s``
+One server, `loadaware` with no smoothing to speak of (``loadaware_tau_s`` 1 ms, ``loadaware_spend_backlog_s``
 0.1 ms: any prefill left waiting behind a batch is load), small pools (device 512 tokens, host
 1024), chat sessions of the same shape (a first prompt of ~260 tokens, distinct from the first
 page on) sent through the openai SDK, and fillers of 300 tokens that push them out:
@@ -40,7 +40,7 @@ from sglang_saria.storage.index import INDEX_NAME
 pytestmark = pytest.mark.e2e
 
 PAGE = 16
-AUTO = {"policy": "auto", "auto_spend_backlog_s": 1e-4, "auto_tau_s": 1e-3}
+AUTO = {"policy": "loadaware", "loadaware_spend_backlog_s": 1e-4, "loadaware_tau_s": 1e-3}
 FILLERS = {
     phase: [[(k * 97 + j * step) % 250 + 1 for j in range(300)] for k in range(count)]
     for phase, step, count in (("idle", 7, 5), ("deep", 11, 6), ("again", 13, 6))
@@ -196,19 +196,19 @@ def by_label(metrics: dict[str, float], name: str) -> dict[str, float]:
 
 def test_with_an_empty_queue_a_page_evicted_once_is_not_written_unless_its_session_returns(run):
     idle = run.metrics["idle"]
-    assert idle["sglang:saria_auto_backlog_seconds"] == 0 and idle["sglang:saria_auto_theta_e"] == 2
+    assert idle["sglang:saria_auto_backlog_seconds"] == 0 and idle["sglang:saria_loadaware_theta_e"] == 2
     assert idle["sglang:saria_host_evictions_total"] > 0
     assert not pages(run, "I1") & run.stored["idle"]  # evicted once (before R1: LRU), not written
     assert run.stored["idle"] == path_pages(run, "R1")  # the hint: written at its first eviction, nothing else
-    assert by_label(idle, "auto_decisions_total") == {"save": sum(by_label(idle, "ssd_admissions_total").values())}
+    assert by_label(idle, "loadaware_decisions_total") == {"save": sum(by_label(idle, "ssd_admissions_total").values())}
     assert by_label(idle, "hints_total") == {"expect_return": 1, "hinted_writes": 1}
 
 
 def test_with_prefill_waiting_the_same_shape_of_session_is_written_at_its_first_eviction(run):
     idle, deep = run.metrics["idle"], run.metrics["deep"]
     assert pages(run, "C1") <= run.stored["deep"] and pages(run, "E1") <= run.stored["deep"]
-    spent = by_label(deep, "auto_decisions_total").get("spend", 0)
-    assert spent > 0 and by_label(deep, "auto_decisions_total")["save"] == by_label(idle, "auto_decisions_total")["save"]
+    spent = by_label(deep, "loadaware_decisions_total").get("spend", 0)
+    assert spent > 0 and by_label(deep, "loadaware_decisions_total")["save"] == by_label(idle, "loadaware_decisions_total")["save"]
     admitted = by_label(deep, "ssd_admissions_total")
     assert sum(admitted.values()) - sum(by_label(idle, "ssd_admissions_total").values()) == spent
     assert set(admitted) <= {"evict", "prewrite", "closure"}  # at or just before an eviction: no insert, no reuse
