@@ -303,6 +303,31 @@ def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
     return _BLOCK.sub(fill, text)
 
 
+def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[list[dict]]:
+    """Per setting, the records of ``--keep-from`` that this run does not replay; the file must be of the
+    same sessions and session-router settings (else a clear error naming it)."""
+    with open(args.keep_from) as fh:
+        old = json.load(fh)
+    parts = old.get("sweep", [old])
+    want = [dataclasses.asdict(c) for c in settings]
+    if ((old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions)
+            or [p["session_router"] for p in parts] != want):
+        raise SystemExit(f"saria-fleet-table: --keep-from {args.keep_from}: sessions {old['sessions']} less "
+                         f"{old['skip_sessions']}, settings {[p['session_router'] for p in parts]}; this run: "
+                         f"{args.sessions} less {args.skip_sessions}, {want}")
+    return [[r for r in p["records"] if r["policy"] not in args.policies] for p in parts]
+
+
+def merge_records(kept: list[dict], new: list[dict]) -> list[dict]:
+    """The kept and the new records, by model, then policy as ``POLICIES`` and the run order them, then nodes."""
+    order = {p: i for i, p in enumerate([*POLICIES, "eviction:E2", "auto"])}
+    out = sorted([*kept, *new], key=lambda r: (MODELS.index(r["model"]), order.get(r["policy"], 99), r["policy"],
+                                               r["nodes"], r["router"] != "cache_aware"))
+    for m in {r["model"] for r in out}:  # every row of a model was scored over the same requests
+        same_requests([r["metrics"] for r in out if r["model"] == m])
+    return out
+
+
 def _csv(value: str, known: tuple | None, flag: str, cast=str) -> list:
     items = [cast(v.strip()) for v in value.split(",") if v.strip()]
     bad = [v for v in items if known is not None and v not in known]
@@ -332,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-doc", default=None, metavar="MD", help="rewrite the generated tables of this file from --json")
     p.add_argument("--doc-prefix", default="fleet", help="which generated blocks of --update-doc (<!-- PREFIX:TABLE -->)")
     p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
+    p.add_argument("--keep-from", default=None, metavar="JSON",
+                   help="an earlier --json of the same sessions and settings: its records of the policies not replayed now "
+                        "are kept (same order), e.g. when only one policy's code changed")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:
         p.error("--update-doc needs --json (the doc's tables are checked against that file)")
@@ -352,9 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         if 1 not in args.nodes and len(settings) == 1:
             args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
         doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
-        for args.session in settings:
+        kept = keep_from(args, settings) if args.keep_from else None
+        for i, args.session in enumerate(settings):
             print(f"session router {args.session}", file=sys.stderr, flush=True)
-            part = {"session_router": dataclasses.asdict(args.session), "records": measure(args)}
+            records = measure(args)
+            if kept is not None:
+                records = merge_records(kept[i], records)
+            part = {"session_router": dataclasses.asdict(args.session), "records": records}
             doc.setdefault("sweep", []).append(part) if len(settings) > 1 else doc.update(part)
         if args.json_path:
             with open(args.json_path, "w") as fh:

@@ -6,6 +6,7 @@ that prefix names (the same run wrote both); the fleet-wide figures the tables s
 drive, busiest node) are recomputed here from the raw per-node records, and the session router's
 constants from its sweep on WEKA sessions 1-175."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -134,3 +135,18 @@ def test_a_recorded_session_row_is_what_the_replay_gives_now():
                 ("qwen3-8b", "eviction:E2", 8, "session"))
     got = fleet_table.run_one("qwen3-8b", "eviction:E2", 8, "session", fleet_table.Workload(350, 0))
     assert json.loads(json.dumps(got)) == want
+
+
+def test_keep_from_takes_only_the_policies_not_replayed_and_refuses_another_workload(tmp_path):
+    doc = load("fleet_session_heldout.json")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    settings = [AffinityConfig()]
+    args = argparse.Namespace(keep_from=str(path), sessions=350, skip_sessions=175, policies=["auto"])
+    kept = fleet_table.keep_from(args, settings)[0]
+    assert kept and {r["policy"] for r in kept} == {"eviction:E2"}
+    new = [r for r in doc["records"] if r["policy"] == "auto"]
+    assert fleet_table.merge_records(kept, new) == doc["records"]  # the order the run itself writes
+    args.skip_sessions = 0
+    with pytest.raises(SystemExit, match="--keep-from .*old.json: sessions 350 less 175"):
+        fleet_table.keep_from(args, settings)
