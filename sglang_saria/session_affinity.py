@@ -69,10 +69,10 @@ class AffinityConfig:
     idle_s: float = 1800.0  # a session without a request for this long stops counting as active
     # True: the largest active session on a node whose drive has written more than (1 + eps) x the live
     # drives' mean leaves it at its next request; False: a session leaves its node only at the bound or dead
-    wear_moves: bool = False
+    wear_moves: bool = True
     # what a new or moving session's node must not exceed: "wear" (its drive's writes), "tokens" (its active
     # sessions' prompt tokens) or "both", each at most (1 + eps) x the live nodes' mean
-    place_by: str = "wear"
+    place_by: str = "both"
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
 

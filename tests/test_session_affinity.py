@@ -115,7 +115,7 @@ def test_placed_by_tokens_a_new_session_avoids_the_node_whose_active_prompts_are
 
 
 def test_with_wear_moves_only_the_largest_active_session_leaves_a_worn_out_drive():
-    s = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=True))
+    s = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=True, place_by="wear"))
     a, b = [k for k in (f"k{i}" for i in range(500)) if s.preference(k)[0] == 0][:2]
     assert s.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0) == 0
     for i, k in enumerate([k for k in (f"o{i}" for i in range(500)) if s.preference(k)[0] == 1][:2]):
@@ -125,7 +125,7 @@ def test_with_wear_moves_only_the_largest_active_session_leaves_a_worn_out_drive
     assert s.pick(b, 2.0, wear=worn, size=3_000.0) == 0  # not the largest there: stays
     assert s.pick(a, 3.0, wear=worn, size=60_000.0) == 1 and s.stats["moved_wear"] == 1
     assert s.pick(a, 4.0, wear=worn, size=61_000.0) == 1  # node 1 is not worn out: it stays there
-    off = SessionAffinity(2, AffinityConfig(eps=0.5))  # the default: no wear moves
+    off = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=False))
     off.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0)
     assert off.pick(a, 1.0, wear=worn, size=60_000.0) == 0
 

@@ -56,9 +56,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-place", default=AffinityConfig.place_by, choices=PLACE_BY,
                    help="session policy: a new or moving session's worker must not exceed 1 + eps times the mean of "
                         "this too (wear: its drive's writes; tokens: its active sessions' prompt sizes; both)")
-    p.add_argument("--session-wear-moves", action="store_true",
-                   help="session policy: the largest active session of a worker whose drive is over the wear bound "
-                        "leaves it at its next request (off: it raised the busiest drive in the fleet replay)")
+    p.add_argument("--session-wear-moves", type=int, choices=(0, 1), default=int(AffinityConfig.wear_moves),
+                   help="session policy: 1: the largest active session of a worker whose drive is over the wear bound "
+                        "leaves it at its next request; 0: a session leaves its worker only at the bound or dead")
     p.add_argument("--router-arg", action="append", default=[], metavar="FLAG",
                    help="extra sglang_router.launch_router flag, e.g. --router-arg=--cache-threshold=0.5 (repeat)")
     p.add_argument("--wait-workers", type=float, default=0.0, metavar="S",
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle, place_by=args.session_place,
-                                     wear_moves=args.session_wear_moves).validate()
+                                     wear_moves=bool(args.session_wear_moves)).validate()
         except AffinityError as err:
             raise ClusterError(f"--session-eps/--session-idle: {err}") from err
         settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg), session=session)

@@ -242,15 +242,16 @@ def format_targets(doc: dict) -> str:
 
 
 def sweep_scores(doc: dict) -> list[tuple[int, float, float]]:
-    """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, the
-    largest and the mean busiest / mean drive DWPD over its fleets); the chosen setting meets the
-    most, then has the smallest largest, then the smallest mean."""
+    """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, and
+    CHAR against cache_aware's where the sweep has ``baseline`` records, the largest and the mean
+    busiest / mean drive DWPD over its fleets); the chosen setting meets the most, then has the
+    smallest largest, then the smallest mean."""
     out = []
     for part in doc["sweep"]:
-        t = [targets(part, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
+        scored = {"records": part["records"] + doc.get("baseline", [])}
+        t = [targets(scored, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         dwpd = [x["dwpd"][0] for x in t]
-        out.append((sum(all(x[k][1] for k in ("dwpd", "requests", "moved")) for x in t), max(dwpd),
-                    sum(dwpd) / len(dwpd)))
+        out.append((sum(all(ok for _, ok in x.values()) for x in t), max(dwpd), sum(dwpd) / len(dwpd)))
     return out
 
 
@@ -277,8 +278,9 @@ def format_sweep(doc: dict) -> str:
         cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best and not doc.get("skip_sessions") else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
+    met = "fleets meeting all four (CHAR vs cache_aware's)" if doc.get("baseline") else "fleets meeting all three"
     return md_table(["placed by", "wear moves", "eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
-                     "mean DWPD ratio", "fleets meeting all three"], rows)
+                     "mean DWPD ratio", met], rows)
 
 
 DOC_TABLES = {"setup": format_setup, "main": format_main, "nodes": format_nodes, "shared": format_shared,
@@ -301,6 +303,16 @@ def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
         return f"{m.group(1)}{DOC_TABLES[m.group(3)](doc)}\n{m.group(5)}"
 
     return _BLOCK.sub(fill, text)
+
+
+def baseline_records(path: str, args: argparse.Namespace) -> list[dict]:
+    """The cache_aware fleet records of ``path``, which must be of this run's sessions (else a clear error)."""
+    with open(path) as fh:
+        old = json.load(fh)
+    if (old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions):
+        raise SystemExit(f"saria-fleet-table: --baseline {path}: sessions {old['sessions']} less {old['skip_sessions']}; "
+                         f"this run: {args.sessions} less {args.skip_sessions}")
+    return [r for r in old["records"] if r["router"] == "cache_aware" and r["nodes"] > 1]
 
 
 def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[list[dict]]:
@@ -357,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-doc", default=None, metavar="MD", help="rewrite the generated tables of this file from --json")
     p.add_argument("--doc-prefix", default="fleet", help="which generated blocks of --update-doc (<!-- PREFIX:TABLE -->)")
     p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
+    p.add_argument("--baseline", default=None, metavar="JSON",
+                   help="a sweep: the cache_aware records of an earlier --json of the same sessions, kept in the sweep's "
+                        "JSON, so its choice also judges CHAR against cache_aware's")
     p.add_argument("--keep-from", default=None, metavar="JSON",
                    help="an earlier --json of the same sessions and settings: its records of the policies not replayed now "
                         "are kept (same order), e.g. when only one policy's code changed")
@@ -366,6 +381,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         with open(args.json_path) as fh:
             doc = json.load(fh)
+        if args.baseline:  # added to a sweep already run: written back to its JSON
+            args.sessions, args.skip_sessions = doc["sessions"], doc["skip_sessions"]
+            doc["baseline"] = baseline_records(args.baseline, args)
+            with open(args.json_path, "w") as fh:
+                json.dump(doc, fh, indent=1)
     else:
         args.models = _csv(args.models, MODELS, "--models")
         args.policies = _csv(args.policies, None, "--policies")
@@ -380,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         if 1 not in args.nodes and len(settings) == 1:
             args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
         doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
+        if args.baseline:
+            doc["baseline"] = baseline_records(args.baseline, args)
         kept = keep_from(args, settings) if args.keep_from else None
         for i, args.session in enumerate(settings):
             print(f"session router {args.session}", file=sys.stderr, flush=True)

@@ -171,9 +171,10 @@ def test_cli_prints_the_fleet_and_per_node_tables(capsys, tmp_path):
 
 
 def test_session_routing_keeps_each_session_on_one_node_and_spreads_the_sessions(weka):
-    """The WEKA sessions of the hour on 3 nodes, none idle long enough to stop counting: no request changes node."""
+    """The WEKA sessions of the hour on 3 nodes, none idle long enough to stop counting and no wear moves: no
+    request changes node."""
     sessions, starts = weka
-    fleet = FleetSettings(3, "session", session=AffinityConfig(idle_s=3600.0))
+    fleet = FleetSettings(3, "session", session=AffinityConfig(idle_s=3600.0, wear_moves=False))
     res = fleet_replay(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, fleet)
     assert res.fleet["moved_requests"] == 0 and res.fleet["router"] == "session"
     stats = res.fleet["router_stats"]

@@ -100,6 +100,12 @@ def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
     assert {k: chosen[k] for k in SHIPPED} == SHIPPED
     fleets = {(r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
     assert fleets == {(m, p, n) for m in fleet_table.MODELS for p in ("eviction:E2", "auto") for n in (4, 8)}
+    # CHAR is judged against cache_aware's on the same sessions and requests
+    assert {(r["model"], r["policy"], r["nodes"], r["router"]) for r in doc["baseline"]} == {
+        (*f, "cache_aware") for f in fleets}
+    for model in fleet_table.MODELS:
+        rows = [r["metrics"] for r in records(doc) + doc["baseline"] if r["model"] == model]
+        assert len({(m["requests"], m["request_set"]) for m in rows}) == 1
 
 
 def test_the_shipped_eps_and_idle_are_the_earlier_sweeps_choice_on_sessions_1_to_175():
