@@ -32,9 +32,11 @@ with sticky assignment):
   qualifies, the least worn (``wear``) or least loaded in tokens of them. A fleet's endurance is its
   busiest drive's, and a drive writes when its node's DRAM overflows, which a session count alone
   does not foresee (sessions differ in size by orders of magnitude).
-- ``wear_moves`` (off by default: on WEKA sessions 1-175 it raised the busiest drive, docs/fleet.md):
-  the largest active session of a worn-out node leaves it at its next request, as a moving session.
-  A moved session recomputes its context on its new node, and its drive writes it again there.
+- ``wear_moves``: the largest active session of a worn-out node leaves it at its next request, as a
+  moving session. A moved session recomputes its context on its new node, and its drive may write
+  it again there: this spreads a large session's writes at the price of that recomputation (the
+  defaults, ``both`` with wear moves, are the fleet replay's choice on WEKA sessions 1-175;
+  docs/fleet.md has what they reach on other sessions).
 - A session that left a dead node (a guest where it went) returns to it once it is alive again, if
   it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
   sessions and the guests is over the bound until the guests leave, and its own sessions stay.
