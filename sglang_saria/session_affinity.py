@@ -20,14 +20,23 @@ with sticky assignment):
   active sessions per node: at most ``(1 + eps) x m`` rounded up (the paper's bound), and the slack
   above the mean only in whole sessions, so 6 sessions on 3 nodes are held to 2 each.
 - A session goes back to its node (the one that served its previous request, active or not) if
-  that node is alive and below the bound; it moves only when that node is dead or at the bound.
+  that node is alive and below the bound; it moves only when that node is dead or at the bound
+  (or, with ``wear_moves``, when it is the largest active session on a worn-out node, below).
 - A new or moving session walks the hash ring from its key (``vnodes`` points per node, so a dead
   node's sessions spread over all the others instead of landing on its neighbour) and takes the
-  first live node below the bound (one always exists, as ``L x bound >= A + 1``) whose drive has
-  written at most ``(1 + eps)`` x the live drives' mean, when the driver knows the drives' writes;
-  if none has, the least worn node below the bound. A fleet's endurance is its busiest drive's, and
-  a drive writes when its node's DRAM overflows, which a session count alone does not foresee
-  (sessions differ in size by orders of magnitude): new sessions go where the drives wore least.
+  first live node below the bound (one always exists, as ``L x bound >= A + 1``) that is not over
+  ``place_by``'s second bound, when the driver gives what it needs: ``wear``, the drive has written
+  at most ``(1 + eps)`` x the live drives' mean (else: worn out); ``tokens``, the prompts of its
+  active sessions (each counted by its last request's ``size``) plus this one's come to at most
+  ``(1 + eps)`` x the live nodes' mean; ``both``, the two. If no node below the session bound
+  qualifies, the least worn (``wear``) or least loaded in tokens of them. A fleet's endurance is its
+  busiest drive's, and a drive writes when its node's DRAM overflows, which a session count alone
+  does not foresee (sessions differ in size by orders of magnitude).
+- ``wear_moves``: the largest active session of a worn-out node leaves it at its next request, as a
+  moving session. A moved session recomputes its context on its new node, and its drive may write
+  it again there: this spreads a large session's writes at the price of that recomputation (the
+  defaults, ``both`` with wear moves, are the fleet replay's choice on WEKA sessions 1-175;
+  docs/fleet.md has what they reach on other sessions).
 - A session that left a dead node (a guest where it went) returns to it once it is alive again, if
   it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
   sessions and the guests is over the bound until the guests leave, and its own sessions stay.
@@ -47,6 +56,9 @@ from dataclasses import dataclass
 import xxhash
 
 
+PLACE_BY = ("wear", "tokens", "both")  # AffinityConfig.place_by
+
+
 class AffinityError(ValueError):
     """Bad session-affinity settings, or no live node to route to; the message names the value."""
 
@@ -57,6 +69,12 @@ class AffinityConfig:
 
     eps: float = 0.25  # a node holds at most ceil(m) + floor(eps x m) active sessions, m their mean per live node
     idle_s: float = 1800.0  # a session without a request for this long stops counting as active
+    # True: the largest active session on a node whose drive has written more than (1 + eps) x the live
+    # drives' mean leaves it at its next request; False: a session leaves its node only at the bound or dead
+    wear_moves: bool = True
+    # what a new or moving session's node must not exceed: "wear" (its drive's writes), "tokens" (its active
+    # sessions' prompt tokens) or "both", each at most (1 + eps) x the live nodes' mean
+    place_by: str = "both"
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
 
@@ -65,6 +83,8 @@ class AffinityConfig:
             raise AffinityError(f"session eps {self.eps}: must be > 0")
         if not self.idle_s > 0:
             raise AffinityError(f"session idle_s {self.idle_s}: must be > 0")
+        if self.place_by not in PLACE_BY:
+            raise AffinityError(f"session place_by {self.place_by!r}: choose one of {', '.join(PLACE_BY)}")
         if self.vnodes < 1 or self.max_sessions < 1:
             raise AffinityError(f"session vnodes {self.vnodes} / max_sessions {self.max_sessions}: must be >= 1")
         return self
@@ -91,12 +111,14 @@ class SessionAffinity:
         points = sorted((key_hash(f"node-{i}-{v}"), i) for i in range(n_nodes) for v in range(config.vnodes))
         self.ring_hashes = [h for h, _ in points]
         self.ring_nodes = [i for _, i in points]
-        self.active: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()  # key -> (node, last request), oldest first
+        # key -> (node, last request, its size), oldest first
+        self.active: OrderedDict[Hashable, tuple[int, float, float]] = OrderedDict()
         self.count = [0] * n_nodes  # active sessions per node
         self.guests = [0] * n_nodes  # of which displaced from a dead node
-        self.home: OrderedDict[Hashable, int] = OrderedDict()  # key -> node of its last request, least recent first
+        # key -> (node, time) of its last request, least recent first
+        self.home: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
-        self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_dead": 0, "returned": 0}
+        self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
 
     def preference(self, key: Hashable) -> list[int]:
         """The nodes in the order the key's ring walk meets them."""
@@ -115,7 +137,7 @@ class SessionAffinity:
         """Sessions idle for ``idle_s`` stop counting on their node (their node is still remembered)."""
         limit = now - self.cfg.idle_s
         while self.active:
-            key, (node, t) = next(iter(self.active.items()))
+            key, (node, t, _) = next(iter(self.active.items()))
             if t > limit:
                 break
             self.active.popitem(last=False)
@@ -127,20 +149,44 @@ class SessionAffinity:
         mean = (len(self.active) + 1) / sum(alive)
         return math.ceil(mean) + math.floor(self.cfg.eps * mean)
 
-    def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> int:
+    def wear_limit(self, alive: Sequence[bool], wear: Sequence[float]) -> float:
+        """(1 + eps) x the live drives' mean write count: above it a drive is worn out."""
+        return (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
+
+    def worn_out(self, node: int, size: float | None, alive: Sequence[bool], wear: Sequence[float] | None) -> bool:
+        """Whether a session of ``size`` leaves ``node`` for wear: its drive is above ``wear_limit`` and no
+        other active session there is larger (``wear_moves``)."""
+        if not (self.cfg.wear_moves and wear and size is not None and wear[node] > self.wear_limit(alive, wear)):
+            return False
+        return all(n != node or z <= size for n, _, z in self.active.values())
+
+    def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None,
+              size: float | None = None) -> int:
         """A new or moving session's node: the first on its ring walk that is alive, below the session
-        bound and, when ``wear`` is given, whose drive has written at most (1 + eps) x the live drives'
-        mean; if no node below the session bound is, the least worn of them."""
+        bound and not over ``place_by``'s bound; if none is, the least worn or least loaded in tokens
+        of those below the session bound (module docstring)."""
         open_nodes = [n for n in self.preference(key) if alive[n] and self.count[n] < cap]
-        if wear is None:
-            return open_nodes[0]
-        limit = (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
-        return next((n for n in open_nodes if wear[n] <= limit), min(open_nodes, key=wear.__getitem__))
+        by = self.cfg.place_by
+        fits = open_nodes
+        if wear and by in ("wear", "both"):
+            limit = self.wear_limit(alive, wear)
+            fits = [n for n in fits if wear[n] <= limit]
+        if size is not None and by in ("tokens", "both"):
+            tokens = [0.0] * self.n_nodes
+            for n, _, z in self.active.values():
+                tokens[n] += z
+            limit = (1.0 + self.cfg.eps) * (sum(t for t, a in zip(tokens, alive) if a) + size) / sum(alive)
+            fits_tokens = [n for n in fits if tokens[n] + size <= limit]
+            return fits_tokens[0] if fits_tokens else min(fits or open_nodes, key=tokens.__getitem__)
+        if fits:
+            return fits[0]
+        return min(open_nodes, key=wear.__getitem__) if wear else open_nodes[0]
 
     def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None,
-             wear: Sequence[float] | None = None) -> int:
+             wear: Sequence[float] | None = None, size: float | None = None) -> int:
         """The node for a request of session ``key`` at ``now``; ``alive[i]`` False: node i is dead;
-        ``wear[i]``: what node i's drive has written so far (any unit; None: not known)."""
+        ``wear[i]``: what node i's drive has written so far (any unit; None: not known); ``size``: the
+        request's prompt (tokens, or any measure proportional to them; None: not known, no wear moves)."""
         alive = alive if alive is not None else [True] * self.n_nodes
         if len(alive) != self.n_nodes:
             raise AffinityError(f"{len(alive)} liveness flags for {self.n_nodes} nodes")
@@ -154,28 +200,32 @@ class SessionAffinity:
             self.guests[entry[0]] -= back is not None
         cap = self.bound(alive)
         count = self.count
-        current = entry[0] if entry is not None else self.home.get(key)
+        last = self.home.get(key)
+        current = entry[0] if entry is not None else (last[0] if last is not None else None)
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
-        elif current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap:
+        elif (current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap
+              and not self.worn_out(current, size, alive, wear)):
             node, kind = current, "stayed"
         else:
-            node = self.place(key, alive, cap, wear)
+            node = self.place(key, alive, cap, wear, size)
             if current is None:
                 kind = "placed"
             elif not alive[current]:
                 kind = "moved_dead"
                 self.displaced.setdefault(key, current)
+            elif node == current:
+                kind = "stayed"  # worn out, but no node below the bound has worn less
             else:
-                kind = "moved_bound"
+                kind = "moved_bound" if count[current] - (back is None) * self.guests[current] >= cap else "moved_wear"
         if node == back:
             self.displaced.pop(key, None)
         self.stats[kind] += 1
-        self.active[key] = (node, now)
+        self.active[key] = (node, now, size if size is not None else 0.0)
         count[node] += 1
         self.guests[node] += key in self.displaced
-        self.home[key] = node
+        self.home[key] = (node, now)
         self.home.move_to_end(key)
         if len(self.home) > self.cfg.max_sessions:
             old, _ = self.home.popitem(last=False)

@@ -40,7 +40,7 @@ def test_an_idle_session_stops_counting_and_returns_to_its_node_if_it_is_below_t
     s.pick("b", 1.0)
     assert sum(s.count) == 2
     s.expire(11.5)  # a idle for 11.5 s, b for 10.5 s
-    assert sum(s.count) == 0 and s.home["a"] == node
+    assert sum(s.count) == 0 and s.home["a"][0] == node
     assert s.pick("a", 12.0) == node and s.stats["stayed"] == 1
 
 
@@ -102,3 +102,34 @@ def test_new_sessions_avoid_the_most_worn_drive_within_the_session_bound():
     # node 1 wrote beyond 1.1 x the mean: node 0, wherever the ring walk starts
     t = SessionAffinity(2, AffinityConfig(eps=0.1))
     assert t.pick("x", 0.0, alive=[True, True], wear=[5.0, 50.0]) == 0
+
+
+def test_placed_by_tokens_a_new_session_avoids_the_node_whose_active_prompts_are_largest():
+    s = SessionAffinity(2, AffinityConfig(eps=0.25, place_by="tokens"))
+    big = next(k for k in (f"b{i}" for i in range(500)) if s.preference(k)[0] == 0)
+    assert s.pick(big, 0.0, size=100_000.0) == 0
+    small = [k for k in (f"s{i}" for i in range(500)) if s.preference(k)[0] == 0][:2]
+    # node 0 holds 100k tokens against a mean of 50k: the next sessions go to node 1 although their walks start at 0
+    assert [s.pick(k, 1.0, size=1_000.0) for k in small] == [1, 1]
+    assert s.pick(big, 2.0, size=120_000.0) == 0  # an active session stays where it is
+
+
+def test_with_wear_moves_only_the_largest_active_session_leaves_a_worn_out_drive():
+    s = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=True, place_by="wear"))
+    a, b = [k for k in (f"k{i}" for i in range(500)) if s.preference(k)[0] == 0][:2]
+    assert s.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0) == 0
+    for i, k in enumerate([k for k in (f"o{i}" for i in range(500)) if s.preference(k)[0] == 1][:2]):
+        assert s.pick(k, 0.1 + i / 10, wear=[0.0, 0.0], size=1_000.0) == 1
+    assert s.pick(b, 1.0, wear=[0.0, 0.0], size=2_000.0) == 0  # 4 active sessions: at most 2 + 1 per node
+    worn = [40.0, 10.0]  # node 0 wrote 40 against a mean of 25: above 1.5 x
+    assert s.pick(b, 2.0, wear=worn, size=3_000.0) == 0  # not the largest there: stays
+    assert s.pick(a, 3.0, wear=worn, size=60_000.0) == 1 and s.stats["moved_wear"] == 1
+    assert s.pick(a, 4.0, wear=worn, size=61_000.0) == 1  # node 1 is not worn out: it stays there
+    off = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=False))
+    off.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0)
+    assert off.pick(a, 1.0, wear=worn, size=60_000.0) == 0
+
+
+def test_an_unknown_placement_signal_is_a_clear_error():
+    with pytest.raises(AffinityError, match="place_by 'load': choose one of wear, tokens, both"):
+        SessionAffinity(2, AffinityConfig(place_by="load"))

@@ -22,7 +22,7 @@ from sglang_saria.cluster.cluster import Cluster, ClusterConfig
 from sglang_saria.cluster.router import POLICIES, RouterSettings, make_router
 from sglang_saria.cluster.workers import ClusterError, check_workers
 from sglang_saria.launcher import AUDIT_ENV, ServerError
-from sglang_saria.session_affinity import AffinityConfig, AffinityError
+from sglang_saria.session_affinity import PLACE_BY, AffinityConfig, AffinityError
 
 
 def default_store_root() -> Path:
@@ -53,6 +53,12 @@ def parser() -> argparse.ArgumentParser:
                    help="session policy: a worker holds at most (1 + eps) x the mean active sessions")
     p.add_argument("--session-idle", type=float, default=AffinityConfig.idle_s, metavar="S",
                    help="session policy: seconds without a request before a session stops counting")
+    p.add_argument("--session-place", default=AffinityConfig.place_by, choices=PLACE_BY,
+                   help="session policy: a new or moving session's worker must not exceed 1 + eps times the mean of "
+                        "this too (wear: its drive's writes; tokens: its active sessions' prompt sizes; both)")
+    p.add_argument("--session-wear-moves", type=int, choices=(0, 1), default=int(AffinityConfig.wear_moves),
+                   help="session policy: 1: the largest active session of a worker whose drive is over the wear bound "
+                        "leaves it at its next request; 0: a session leaves its worker only at the bound or dead")
     p.add_argument("--router-arg", action="append", default=[], metavar="FLAG",
                    help="extra sglang_router.launch_router flag, e.g. --router-arg=--cache-threshold=0.5 (repeat)")
     p.add_argument("--wait-workers", type=float, default=0.0, metavar="S",
@@ -138,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = {sig: signal.signal(sig, _raise_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         try:
-            session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle).validate()
+            session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle, place_by=args.session_place,
+                                     wear_moves=bool(args.session_wear_moves)).validate()
         except AffinityError as err:
             raise ClusterError(f"--session-eps/--session-idle: {err}") from err
         settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg), session=session)

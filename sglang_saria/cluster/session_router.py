@@ -234,14 +234,15 @@ class SessionRouter:
                            f"{timeout_s:.0f} s (it has {self.workers()})")
 
     # ------------------------------------------------------------ requests
-    def choose(self, key: str | None) -> int:
-        """The worker of a request: the core's choice for a keyed one, else the first live worker."""
+    def choose(self, key: str | None, size: float | None = None) -> int:
+        """The worker of a request: the core's choice for a keyed one (``size``: its body's bytes, in
+        proportion to its prompt's tokens), else the first live worker."""
         alive = self.liveness.alive
         if not any(alive):
             raise ClusterError(f"no live worker among {self.worker_urls}")
         if key is None:
             return alive.index(True)
-        return self.core.pick(key, time.monotonic(), list(alive), list(self.liveness.wear))
+        return self.core.pick(key, time.monotonic(), list(alive), list(self.liveness.wear), size)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -253,7 +254,7 @@ class SessionRouter:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
         for _ in range(len(self.worker_urls)):
             try:
-                index = self.choose(key)
+                index = self.choose(key, float(len(body)))
             except ClusterError as err:
                 return web.json_response({"error": {"message": str(err), "type": "no_live_worker"}}, status=503)
             url = self.worker_urls[index]

@@ -30,9 +30,11 @@ import numpy as np
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.model_specs import ModelSpec
+from sglang_saria.replay.core import Actions
 from sglang_saria.replay.driver import _DIGEST_MASK, _ISSUE, ReplayRun, ReplaySettings
 from sglang_saria.replay.metrics import RequestLog, summarize
 from sglang_saria.replay.oracle import OracleAdmission
+from sglang_saria.replay.tiers import Tier
 from sglang_saria.replay.routing import ROUTERS, CacheAwareConfig, Router, RoutingError, make_router
 from sglang_saria.session_affinity import AffinityConfig
 from sglang_saria.units import SECONDS_PER_DAY
@@ -52,13 +54,32 @@ class FleetSettings:
     seed: int = 0  # of the random router
     cache_aware: CacheAwareConfig = field(default_factory=CacheAwareConfig)
     session: AffinityConfig = field(default_factory=AffinityConfig)
+    # worker deaths: (node, down_s, up_s): the router sends the node nothing from down_s until up_s (``session``
+    # only). What the node already admitted or queued it still serves and its DRAM and SSD keep their
+    # contents: the router's view of a death (a restarted worker's lost DRAM is not modelled)
+    outages: tuple[tuple[int, float, float], ...] = ()
 
     def validate(self) -> "FleetSettings":
         if not isinstance(self.nodes, int) or self.nodes < 1:
             raise RoutingError(f"--nodes {self.nodes}: must be an integer >= 1")
         if self.router not in ROUTERS:
             raise RoutingError(f"--router {self.router!r}: choose one of {', '.join(ROUTERS)}")
+        if self.outages and self.router != "session":
+            raise RoutingError(f"--router {self.router}: worker deaths are modelled for the session router only")
+        for node, down, up in self.outages:
+            if not (isinstance(node, int) and 0 <= node < self.nodes and 0 <= down < up):
+                raise RoutingError(f"outage {(node, down, up)}: needs a node in 0..{self.nodes - 1} and 0 <= down_s < up_s")
         return self
+
+    def alive(self, t: float) -> list[bool]:
+        """Which nodes the router may use at ``t``."""
+        alive = [True] * self.nodes
+        for node, down, up in self.outages:
+            if down <= t < up:
+                alive[node] = False
+        if not any(alive):
+            raise RoutingError(f"every node is down at {t:.0f} s: outages {self.outages}")
+        return alive
 
 
 @dataclass
@@ -73,9 +94,14 @@ class _Moves:
 
 class FleetNode(ReplayRun):
     """One node of a fleet: a ``ReplayRun`` that also scores, for a session that moved here, what its
-    previous node still held."""
+    previous node still held, and charges each SSD write to the session whose block it is."""
 
     fleet: "FleetRun"
+
+    def charge(self, acts: Actions, t: float) -> None:
+        if acts.ssd_writes:
+            self.fleet.charge_sessions(acts, self.core.ssd)
+        super().charge(acts, t)
 
     def compute_done(self, rid: int, t: float) -> None:
         a = self.active[rid]
@@ -125,6 +151,24 @@ class FleetRun:
                                           fleet.cache_aware, fleet.session)
         self.moves = _Moves()
         self.routed = [0] * fleet.nodes
+        self.decisions: list[tuple[float, int, int]] = []  # (time, session, node) of every routed request
+        # the session each block key belongs to (its first sender; WEKA keys are scoped per session)
+        owner = np.full(len(self.workload.keys.key_objs), -1, dtype=np.int64)
+        for sid, chains in enumerate(self.workload.keys.block_keys):
+            for chain in chains:
+                mine = chain[owner[chain] < 0]
+                owner[mine] = sid
+        self.key_owner = owner
+        self.session_writes = np.zeros(len(sessions), dtype=np.int64)  # SSD bytes written per session, any node
+
+    def charge_sessions(self, acts: Actions, ssd: Tier) -> None:
+        """Charges ``acts``' SSD writes to their blocks' sessions (a block written and evicted within the
+        same call: an equal share of the bytes the resident ones leave)."""
+        keys = acts.ssd_writes
+        sizes = [ssd.size_of(k)[1] if k in ssd else -1 for k in keys]
+        gone = sizes.count(-1)
+        rest = (acts.ssd_write_bytes - sum(x for x in sizes if x >= 0)) // gone if gone else 0
+        np.add.at(self.session_writes, self.key_owner[keys], [x if x >= 0 else rest for x in sizes])
 
     def route(self, sid: int, ridx: int, t: float) -> None:
         """The client issues a request: the router picks its node, the node admits or queues it."""
@@ -132,7 +176,9 @@ class FleetRun:
         tokens = self.workload.sessions[sid].requests[ridx].input_tokens
         nodes = self.nodes
         node = self.router.pick(keys, tokens, [n.in_flight + len(n.waiting) for n in nodes], t, sid,
-                                 [n.core.ssd.bytes_written for n in nodes])
+                                 [n.core.ssd.bytes_written for n in nodes],
+                                 self.fleet.alive(t) if self.fleet.outages else ())
+        self.decisions.append((t, sid, node))
         moves = self.moves
         prev = moves.last_node.get(sid)
         if prev is not None and prev != node:
@@ -229,6 +275,7 @@ class FleetRun:
             "requests_max_over_mean": max_over_mean(reqs),
             "prefill_max_over_mean": max_over_mean(prefill),
             "prefill_tokens": sum(prefill),
+            "session_writes_max_bytes": int(self.session_writes.max()) if len(self.session_writes) else 0,
             "moved_requests": self.moves.requests,
             "moved_frac": self.moves.requests / metrics["requests"] if metrics["requests"] else 0.0,
             "router_stats": dict(self.router.stats),

@@ -3,7 +3,8 @@
 The same WEKA sessions (the replay's defaults: 350 sessions, 12 h start window, seed 0) are
 replayed on 1, 2, 4 and 8 nodes behind each router, for both models and the chosen policies. The
 load is the same total load in every row (the same requests spread over the fleet); each node has
-the single node's DRAM, SSD and prefill rate (1M / 10M tokens, 6,500 tokens/s). Ratios are against
+the single node's DRAM, SSD and prefill rate (1M / 10M tokens, 6,500 tokens/s); a hybrid model keeps its
+GDN states where SGLang 0.5.23 does (``checkpoint_placement="sglang"``, ``saria-replay``'s default). Ratios are against
 the 1-node replay of the same model and policy in the same run (with one node every router is the
 same replay). ``--json`` keeps every record; ``--update-doc`` rewrites the generated tables of
 docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it and
@@ -36,7 +37,7 @@ from sglang_saria.replay.report import md_table
 from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.workload import apply_limits, session_starts
-from sglang_saria.session_affinity import AffinityConfig
+from sglang_saria.session_affinity import PLACE_BY, AffinityConfig
 
 MODELS = ("qwen3-8b", "qwen3.5-9b")
 # E2: the paper's recommended threshold; full duplicate: the write ceiling, and the policy under which
@@ -78,7 +79,7 @@ def run_one(model: str, policy: str, nodes: int, router: str, work: Workload,
     ss, starts = _WORK[model]
     spec = get_model_spec(model)
     cfg = SariaConfig(admission=AdmissionConfig(policy=policy),
-                      metadata=MetadataConfig(block_tokens=spec.default_block_tokens),
+                      metadata=MetadataConfig(block_tokens=spec.default_block_tokens, checkpoint_placement="sglang"),
                       capacity=CapacityConfig(dram_tokens=1_000_000, ssd_tokens=10_000_000)).validate()
     fleet = FleetSettings(nodes, router, session=session)
     res = fleet_replay(ss, starts, cfg, spec, ReplaySettings(), fleet, label=policy)
@@ -177,11 +178,13 @@ def format_setup(doc: dict) -> str:
     skip = doc.get("skip_sessions", 0)
     which = f"WEKA sessions {skip + 1}-{doc['sessions']}" if skip else f"{doc['sessions']} WEKA sessions"
     line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
-            f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight; {b['fleet']['days']:.3f} days replayed "
+            f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight, hybrid GDN states at SGLang's placement; "
+            f"{b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
-    if "session_router" in doc:
+    if any(r["router"] == "session" for r in doc["records"]):
         c = doc["session_router"]
-        line += f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node."
+        line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, new "
+                 f"sessions placed by {c['place_by']}, wear moves {'on' if c['wear_moves'] else 'off'}.")
     return line
 
 
@@ -205,33 +208,50 @@ def targets(doc: dict, r: dict) -> dict[str, tuple[float, bool]]:
     return out
 
 
+def session_bound(r: dict) -> float | None:
+    """The largest single session's SSD writes over the fleet's mean drive: a placement that never moves a
+    session cannot bring its busiest drive below it, if each session wrote what it wrote in this run
+    (None: a record without per-session writes)."""
+    top, total = r["fleet"].get("session_writes_max_bytes"), r["metrics"]["ssd_write_bytes"]
+    if top is None:
+        return None
+    return top * r["nodes"] / total if total else 0.0
+
+
 def format_targets(doc: dict) -> str:
-    """One row per session-router fleet: each target's value and whether it is met."""
+    """One row per session-router fleet: each target's value and whether it is met, and the single-session
+    bound on the busiest drive of a placement without moves (``session_bound``) for it and cache_aware."""
     rows = []
     for r in doc["records"]:
         if r["nodes"] == 1 or r["router"] != "session":
             continue
         t = targets(doc, r)
         mark = {k: "met" if ok else "**unmet**" for k, (_, ok) in t.items()}
+        ca = next((c for c in doc["records"] if (c["model"], c["policy"], c["nodes"], c["router"]) ==
+                   (r["model"], r["policy"], r["nodes"], "cache_aware")), None)
+        bounds = [session_bound(x) for x in (r, ca) if x is not None]
         rows.append([r["model"], r["policy"], str(r["nodes"]),
                      f"{t['dwpd'][0]:.2f} {mark['dwpd']}", f"{t['requests'][0]:.2f} {mark['requests']}",
                      f"{t['char_drop'][0]:+.3f} {mark['char_drop']}" if "char_drop" in t else "-",
-                     f"{t['moved'][0]:.1%} {mark['moved']}"])
+                     f"{t['moved'][0]:.1%} {mark['moved']}",
+                     " / ".join("-" if b is None else f"{b:.2f}" for b in bounds)])
     return md_table(["model", "policy", "nodes", f"busiest / mean drive DWPD (<= {TARGETS['dwpd']})",
                      f"busiest / mean node requests (<= {TARGETS['requests']})",
-                     f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})"], rows)
+                     f"CHAR - cache_aware's (>= -{TARGETS['char_drop']})", f"moved (<= {TARGETS['moved']:.0%})",
+                     "largest session's writes / mean drive (session / cache_aware)"], rows)
 
 
 def sweep_scores(doc: dict) -> list[tuple[int, float, float]]:
-    """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, the
-    largest and the mean busiest / mean drive DWPD over its fleets); the chosen setting meets the
-    most, then has the smallest largest, then the smallest mean."""
+    """Per setting of a sweep: (fleets meeting the busiest-drive, busiest-node and moved targets, and
+    CHAR against cache_aware's where the sweep has ``baseline`` records, the largest and the mean
+    busiest / mean drive DWPD over its fleets); the chosen setting meets the most, then has the
+    smallest largest, then the smallest mean."""
     out = []
     for part in doc["sweep"]:
-        t = [targets(part, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
+        scored = {"records": part["records"] + doc.get("baseline", [])}
+        t = [targets(scored, r) for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         dwpd = [x["dwpd"][0] for x in t]
-        out.append((sum(all(x[k][1] for k in ("dwpd", "requests", "moved")) for x in t), max(dwpd),
-                    sum(dwpd) / len(dwpd)))
+        out.append((sum(all(ok for _, ok in x.values()) for x in t), max(dwpd), sum(dwpd) / len(dwpd)))
     return out
 
 
@@ -239,26 +259,28 @@ def chosen_setting(doc: dict) -> dict:
     """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
     scores = sweep_scores(doc)
     best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
-    return doc["sweep"][best]["session_router"]
+    return {"place_by": "wear", "wear_moves": False, **doc["sweep"][best]["session_router"]}  # (older sweeps: the defaults)
 
 
 def format_sweep(doc: dict) -> str:
-    """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets."""
+    """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets;
+    the chosen setting marked, unless the sweep ran on held-out sessions (nothing is chosen there)."""
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
-        c = part["session_router"]
-        cells = [f"{c['eps']}", f"{c['idle_s']:.0f}"]
+        c = {"place_by": "wear", "wear_moves": False, **part["session_router"]}
+        cells = [c["place_by"], "yes" if c["wear_moves"] else "no", f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         for n in sorted({r["nodes"] for r in fleets}):
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
             cells.append(f"{max(x['dwpd'][0] for x in t):.2f} / {max(x['requests'][0] for x in t):.2f} / "
                          f"{max(x['moved'][0] for x in t):.1%}")
-        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best else "")]
+        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best and not doc.get("skip_sessions") else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
-    return md_table(["eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
-                     "mean DWPD ratio", "fleets meeting all three"], rows)
+    met = "fleets meeting all four (CHAR vs cache_aware's)" if doc.get("baseline") else "fleets meeting all three"
+    return md_table(["placed by", "wear moves", "eps", "idle s", *(f"{n} nodes: worst DWPD / requests / moved" for n in nodes),
+                     "mean DWPD ratio", met], rows)
 
 
 DOC_TABLES = {"setup": format_setup, "main": format_main, "nodes": format_nodes, "shared": format_shared,
@@ -283,6 +305,41 @@ def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
     return _BLOCK.sub(fill, text)
 
 
+def baseline_records(path: str, args: argparse.Namespace) -> list[dict]:
+    """The cache_aware fleet records of ``path``, which must be of this run's sessions (else a clear error)."""
+    with open(path) as fh:
+        old = json.load(fh)
+    if (old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions):
+        raise SystemExit(f"saria-fleet-table: --baseline {path}: sessions {old['sessions']} less {old['skip_sessions']}; "
+                         f"this run: {args.sessions} less {args.skip_sessions}")
+    return [r for r in old["records"] if r["router"] == "cache_aware" and r["nodes"] > 1]
+
+
+def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[list[dict]]:
+    """Per setting, the records of ``--keep-from`` that this run does not replay; the file must be of the
+    same sessions and session-router settings (else a clear error naming it)."""
+    with open(args.keep_from) as fh:
+        old = json.load(fh)
+    parts = old.get("sweep", [old])
+    want = [dataclasses.asdict(c) for c in settings]
+    if ((old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions)
+            or [p["session_router"] for p in parts] != want):
+        raise SystemExit(f"saria-fleet-table: --keep-from {args.keep_from}: sessions {old['sessions']} less "
+                         f"{old['skip_sessions']}, settings {[p['session_router'] for p in parts]}; this run: "
+                         f"{args.sessions} less {args.skip_sessions}, {want}")
+    return [[r for r in p["records"] if r["policy"] not in args.policies] for p in parts]
+
+
+def merge_records(kept: list[dict], new: list[dict]) -> list[dict]:
+    """The kept and the new records, by model, then policy as ``POLICIES`` and the run order them, then nodes."""
+    order = {p: i for i, p in enumerate([*POLICIES, "eviction:E2", "auto"])}
+    out = sorted([*kept, *new], key=lambda r: (MODELS.index(r["model"]), order.get(r["policy"], 99), r["policy"],
+                                               r["nodes"], r["router"] != "cache_aware"))
+    for m in {r["model"] for r in out}:  # every row of a model was scored over the same requests
+        same_requests([r["metrics"] for r in out if r["model"] == m])
+    return out
+
+
 def _csv(value: str, known: tuple | None, flag: str, cast=str) -> list:
     items = [cast(v.strip()) for v in value.split(",") if v.strip()]
     bad = [v for v in items if known is not None and v not in known]
@@ -299,6 +356,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="session router's load bound; several (comma-separated) with --session-idle: a sweep")
     p.add_argument("--session-idle", default=str(AffinityConfig.idle_s), metavar="S",
                    help="session router: seconds without a request before a session stops counting (or several)")
+    p.add_argument("--session-place", default=AffinityConfig.place_by,
+                   help=f"session router: what a new session's node must not exceed ({', '.join(PLACE_BY)}; or several)")
+    p.add_argument("--session-wear-moves", default=str(int(AffinityConfig.wear_moves)), metavar="0|1",
+                   help="session router: 1: a worn-out drive's largest active session leaves it (or 0,1: both)")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -308,26 +369,46 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-doc", default=None, metavar="MD", help="rewrite the generated tables of this file from --json")
     p.add_argument("--doc-prefix", default="fleet", help="which generated blocks of --update-doc (<!-- PREFIX:TABLE -->)")
     p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
+    p.add_argument("--baseline", default=None, metavar="JSON",
+                   help="a sweep: the cache_aware records of an earlier --json of the same sessions, kept in the sweep's "
+                        "JSON, so its choice also judges CHAR against cache_aware's")
+    p.add_argument("--keep-from", default=None, metavar="JSON",
+                   help="an earlier --json of the same sessions and settings: its records of the policies not replayed now "
+                        "are kept (same order), e.g. when only one policy's code changed")
     args = p.parse_args(argv)
     if args.update_doc and not args.json_path:
         p.error("--update-doc needs --json (the doc's tables are checked against that file)")
     if args.render_only:
         with open(args.json_path) as fh:
             doc = json.load(fh)
+        if args.baseline:  # added to a sweep already run: written back to its JSON
+            args.sessions, args.skip_sessions = doc["sessions"], doc["skip_sessions"]
+            doc["baseline"] = baseline_records(args.baseline, args)
+            with open(args.json_path, "w") as fh:
+                json.dump(doc, fh, indent=1)
     else:
         args.models = _csv(args.models, MODELS, "--models")
         args.policies = _csv(args.policies, None, "--policies")
         args.nodes = _csv(args.nodes, None, "--nodes", int)
         args.routers = _csv(args.routers, ROUTERS, "--routers")
-        if 1 not in args.nodes:
-            args.nodes = [1, *args.nodes]  # the ratios' base
         args.work = Workload(args.sessions, args.skip_sessions)
-        settings = [AffinityConfig(eps=e, idle_s=i).validate() for e in _csv(args.session_eps, None, "--session-eps", float)
+        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv)).validate()
+                    for pl in _csv(args.session_place, PLACE_BY, "--session-place")
+                    for mv in _csv(args.session_wear_moves, (0, 1), "--session-wear-moves", int)
+                    for e in _csv(args.session_eps, None, "--session-eps", float)
                     for i in _csv(args.session_idle, None, "--session-idle", float)]
+        if 1 not in args.nodes and len(settings) == 1:
+            args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
         doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
-        for args.session in settings:
+        if args.baseline:
+            doc["baseline"] = baseline_records(args.baseline, args)
+        kept = keep_from(args, settings) if args.keep_from else None
+        for i, args.session in enumerate(settings):
             print(f"session router {args.session}", file=sys.stderr, flush=True)
-            part = {"session_router": dataclasses.asdict(args.session), "records": measure(args)}
+            records = measure(args)
+            if kept is not None:
+                records = merge_records(kept[i], records)
+            part = {"session_router": dataclasses.asdict(args.session), "records": records}
             doc.setdefault("sweep", []).append(part) if len(settings) > 1 else doc.update(part)
         if args.json_path:
             with open(args.json_path, "w") as fh:

@@ -7,7 +7,8 @@ workers (``cluster/router.py`` documents what the router does; this module follo
 - ``random``: uniform over the nodes, seeded (the replay's ``--seed``), so a replay is repeatable.
 - ``cache_aware``: an approximate prefix tree shared by all nodes, with load-balance thresholds.
 - ``session``: the launcher's session-affine policy with bounded load (``session_affinity.py``, the
-  same core the cluster's session router runs), keyed by the trace's session; no node dies here.
+  same core the cluster's session router runs), keyed by the trace's session; the only router told of
+  worker deaths (``FleetSettings.outages``).
 
 The cache_aware approximation. The router's tree holds *characters* of the request text and each
 node of it the workers ("tenants") that were sent that prefix. The replay has no text: a request
@@ -78,9 +79,10 @@ class Router(ABC):
 
     @abstractmethod
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
-             wear: Sequence[float] = ()) -> int:
+             wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
         """The node for a request of ``session`` with block ``keys`` and ``input_tokens``, given each node's load
-        (requests in flight and queued) and ``wear`` (bytes its drive has written; empty: not known) at ``now``."""
+        (requests in flight and queued), ``wear`` (bytes its drive has written; empty: not known) and whether
+        it is ``alive`` (empty: every node; only ``session`` models deaths) at ``now``."""
 
 
 class RoundRobin(Router):
@@ -91,7 +93,7 @@ class RoundRobin(Router):
         self.count = 0
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
-             wear: Sequence[float] = ()) -> int:
+             wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
         node = self.count % self.n_nodes
         self.count += 1
         return node
@@ -105,7 +107,7 @@ class RandomRouter(Router):
         self.rng = random.Random(seed)
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
-             wear: Sequence[float] = ()) -> int:
+             wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
         return self.rng.randrange(self.n_nodes)
 
 
@@ -164,7 +166,7 @@ class CacheAware(Router):
         return lo, max((h[k], node) for node, h in enumerate(self.held) if k in h)[1]
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
-             wear: Sequence[float] = ()) -> int:
+             wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
         if now >= self.next_eviction_s:
             self.evict(now)
         if self.is_imbalanced(loads):
@@ -224,7 +226,7 @@ class CacheAware(Router):
 
 
 class SessionRouter(Router):
-    """``session``: the trace's session id is the key; every node is alive; stats are the core's decisions."""
+    """``session``: the trace's session id is the key; stats are the core's decisions."""
 
     name = "session"
 
@@ -234,8 +236,8 @@ class SessionRouter(Router):
         self.stats = self.core.stats
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
-             wear: Sequence[float] = ()) -> int:
-        return self.core.pick(session, now, wear=wear or None)
+             wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
+        return self.core.pick(session, now, alive or None, wear or None, input_tokens)
 
 
 def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,

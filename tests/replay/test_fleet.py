@@ -8,7 +8,7 @@ from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig,
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.cli import main as replay_main
 from sglang_saria.replay.driver import ReplaySettings, replay
-from sglang_saria.replay.fleet import FleetSettings, fleet_replay
+from sglang_saria.replay.fleet import FleetRun, FleetSettings, fleet_replay
 from sglang_saria.replay.loaders import load_trace
 from sglang_saria.replay.routing import ROUTERS, CacheAware, CacheAwareConfig, RoutingError, make_router
 from sglang_saria.replay.workload import apply_limits, session_starts
@@ -171,11 +171,57 @@ def test_cli_prints_the_fleet_and_per_node_tables(capsys, tmp_path):
 
 
 def test_session_routing_keeps_each_session_on_one_node_and_spreads_the_sessions(weka):
-    """The WEKA sessions of the hour on 3 nodes, none idle long enough to stop counting: no request changes node."""
+    """The WEKA sessions of the hour on 3 nodes, none idle long enough to stop counting and no wear moves: no
+    request changes node."""
     sessions, starts = weka
-    fleet = FleetSettings(3, "session", session=AffinityConfig(idle_s=3600.0))
+    fleet = FleetSettings(3, "session", session=AffinityConfig(idle_s=3600.0, wear_moves=False))
     res = fleet_replay(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, fleet)
     assert res.fleet["moved_requests"] == 0 and res.fleet["router"] == "session"
     stats = res.fleet["router_stats"]
     assert 0 < stats["placed"] <= len(sessions) and stats["placed"] + stats["stayed"] == res.metrics["requests"]
     assert all(n["requests"] > 0 for n in res.per_node)
+
+
+def test_a_dead_nodes_sessions_spread_over_the_others_and_come_back(shared_dir):
+    """48 real WEKA trace files on 4 nodes; the node with the most sessions dies for half an hour: nothing is
+    routed to it meanwhile, its sessions that send a request then land on more than one other node, every
+    request is still served, and each of them goes back to it at its first request after it is back."""
+    sessions = apply_limits(load_trace(f"weka:{shared_dir / 'traces' / 'weka-cc'}", BT, max_sessions=48))
+    starts = session_starts(sessions, SETTINGS.window_s, 0)
+    aff = AffinityConfig(idle_s=3600.0, wear_moves=False)  # no wear moves: deaths alone move sessions
+    base = FleetRun(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, FleetSettings(4, "session", session=aff))
+    base.loop()
+    times = sorted(t for t, _, _ in base.decisions)
+    down = times[len(times) // 3]
+    up = down + 1800.0
+    on = {}
+    for t, sid, node in base.decisions:
+        if t < down:
+            on[sid] = node
+    dead = max(range(4), key=lambda n: sum(1 for sid, node in on.items() if node == n
+                                           and any(down <= t < up and s == sid for t, s, _ in base.decisions)))
+    fleet = FleetSettings(4, "session", session=aff, outages=((dead, down, up),))
+    run = FleetRun(sessions, starts, cfg("eviction:E2"), SPEC, SETTINGS, fleet)
+    run.loop()
+    res = run.result("eviction:E2")
+    assert res.metrics["request_set"] == base.result("eviction:E2").metrics["request_set"]
+    assert not [d for d in run.decisions if down <= d[0] < up and d[2] == dead]
+    victims = {sid for sid, node in on.items() if node == dead}
+    during = {sid: node for t, sid, node in run.decisions if down <= t < up and sid in victims}
+    assert len(during) >= 3 and len(set(during.values())) >= 2, during
+    after = {}
+    for t, sid, node in run.decisions:
+        if t >= up and sid in during:
+            after.setdefault(sid, node)
+    assert after and all(node == dead for node in after.values()), after
+    assert res.fleet["router_stats"]["moved_dead"] == len(during)
+    assert res.fleet["router_stats"]["returned"] == len(after)
+
+
+def test_worker_deaths_are_validated_and_modelled_for_the_session_router_only():
+    with pytest.raises(RoutingError, match="worker deaths are modelled for the session router only"):
+        FleetSettings(2, "cache_aware", outages=((0, 1.0, 2.0),)).validate()
+    with pytest.raises(RoutingError, match=r"outage \(2, 1.0, 2.0\): needs a node in 0..1"):
+        FleetSettings(2, "session", outages=((2, 1.0, 2.0),)).validate()
+    with pytest.raises(RoutingError, match="every node is down at 5 s"):
+        FleetSettings(1, "session", outages=((0, 1.0, 9.0),)).validate().alive(5.0)

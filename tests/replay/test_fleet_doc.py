@@ -6,6 +6,7 @@ that prefix names (the same run wrote both); the fleet-wide figures the tables s
 drive, busiest node) are recomputed here from the raw per-node records, and the session router's
 constants from its sweep on WEKA sessions 1-175."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -22,8 +23,12 @@ JSONS = {
     "session": ("fleet_session.json", {"setup", "main", "nodes", "targets"}),
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
     "sweep": ("fleet_session_sweep.json", {"sweep"}),
-    "eps01": ("fleet_session_eps01.json", {"targets"}),
+    "sweep0": ("fleet_session_sweep_constants.json", {"sweep"}),
+    "halfeps": ("fleet_session_heldout_eps.json", {"sweep"}),
+    "halfidle": ("fleet_session_heldout_idle.json", {"sweep"}),
 }
+SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
+           "wear_moves": AffinityConfig.wear_moves}
 
 
 def load(name: str) -> dict:
@@ -48,6 +53,8 @@ def records(doc: dict) -> list[dict]:
 def test_fleet_numbers_are_the_per_node_records(prefix):
     for r in records(load(JSONS[prefix][0])):
         f, nodes = r["fleet"], r["per_node"]
+        if "session_writes_max_bytes" in f:  # one session's writes are part of the fleet's
+            assert 0 <= f["session_writes_max_bytes"] <= r["metrics"]["ssd_write_bytes"]
         dwpd = [n["dwpd"] for n in nodes]
         reqs = [n["requests"] for n in nodes]
         assert len(nodes) == r["nodes"] and sum(reqs) == r["metrics"]["requests"]
@@ -73,7 +80,7 @@ def test_the_json_covers_1_to_8_nodes_three_routers_both_models_over_the_same_re
 
 
 def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_the_shipped_constants():
-    shipped = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s}
+    shipped = SHIPPED
     for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175)):
         doc = load(name)
         assert (doc["sessions"], doc["skip_sessions"]) == (sessions, skip)
@@ -90,7 +97,33 @@ def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
     doc = load("fleet_session_sweep.json")
     assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
     chosen = fleet_table.chosen_setting(doc)
+    assert {k: chosen[k] for k in SHIPPED} == SHIPPED
+    fleets = {(r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
+    assert fleets == {(m, p, n) for m in fleet_table.MODELS for p in ("eviction:E2", "auto") for n in (4, 8)}
+    # CHAR is judged against cache_aware's on the same sessions and requests
+    assert {(r["model"], r["policy"], r["nodes"], r["router"]) for r in doc["baseline"]} == {
+        (*f, "cache_aware") for f in fleets}
+    for model in fleet_table.MODELS:
+        rows = [r["metrics"] for r in records(doc) + doc["baseline"] if r["model"] == model]
+        assert len({(m["requests"], m["request_set"]) for m in rows}) == 1
+
+
+def test_the_shipped_eps_and_idle_are_the_earlier_sweeps_choice_on_sessions_1_to_175():
+    doc = load("fleet_session_sweep_constants.json")
+    assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
+    chosen = fleet_table.chosen_setting(doc)
     assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
+
+
+@pytest.mark.parametrize(("name", "field"), [("fleet_session_heldout_eps.json", "eps"),
+                                             ("fleet_session_heldout_idle.json", "idle_s")])
+def test_the_halved_and_doubled_constants_are_replayed_on_the_held_out_sessions(name, field):
+    doc = load(name)
+    assert (doc["sessions"], doc["skip_sessions"]) == (350, 175)
+    settings = [part["session_router"] for part in doc["sweep"]]
+    assert sorted(c[field] for c in settings) == [SHIPPED[field] / 2, SHIPPED[field] * 2]
+    for c in settings:  # everything else as shipped
+        assert {k: c[k] for k in SHIPPED if k != field} == {k: v for k, v in SHIPPED.items() if k != field}
 
 
 def test_update_doc_rewrites_only_the_marked_blocks_of_its_prefix():
@@ -108,3 +141,18 @@ def test_a_recorded_session_row_is_what_the_replay_gives_now():
                 ("qwen3-8b", "eviction:E2", 8, "session"))
     got = fleet_table.run_one("qwen3-8b", "eviction:E2", 8, "session", fleet_table.Workload(350, 0))
     assert json.loads(json.dumps(got)) == want
+
+
+def test_keep_from_takes_only_the_policies_not_replayed_and_refuses_another_workload(tmp_path):
+    doc = load("fleet_session_heldout.json")
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    settings = [AffinityConfig()]
+    args = argparse.Namespace(keep_from=str(path), sessions=350, skip_sessions=175, policies=["auto"])
+    kept = fleet_table.keep_from(args, settings)[0]
+    assert kept and {r["policy"] for r in kept} == {"eviction:E2"}
+    new = [r for r in doc["records"] if r["policy"] == "auto"]
+    assert fleet_table.merge_records(kept, new) == doc["records"]  # the order the run itself writes
+    args.skip_sessions = 0
+    with pytest.raises(SystemExit, match="--keep-from .*old.json: sessions 350 less 175"):
+        fleet_table.keep_from(args, settings)
