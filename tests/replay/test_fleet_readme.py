@@ -41,7 +41,8 @@ def test_the_readmes_fleet_figures_are_the_jsons():
         f"node's bytes at CHAR {rr['metrics']['char']:.3f}",
         f"`cache_aware` keeps sessions on their node ({ca['fleet']['moved_frac']:.0%} move), writes {fleet_x(ca):.2f}x at "
         f"CHAR {ca['metrics']['char']:.3f}",
-        f"two nodes serve {min(two) * 100:.0f}-{max(two):.0%} of the requests and the busiest drive wears at "
+        f"two nodes serve {min(two) * 100:.0f}-{max(two):.0%} of the requests (every 8-node `cache_aware` fleet of both "
+        f"models and policies) and the busiest drive wears at "
         f"{ca['fleet']['dwpd_per_drive_max']:.2f} DWPD against a {ca['fleet']['dwpd_per_drive_mean']:.2f} mean",
     ]
     for phrase in phrases:
