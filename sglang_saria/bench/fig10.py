@@ -246,7 +246,7 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
     spreads = {name: {k: spread(rs, k) for k in ("ssd_bytes", "ttft_mean_ms", "ttft_p90_ms")} for name, rs in runs.items()}
     replayed, cmp = {}, {}
     if not args.no_replay:
-        replayed, cmp = replay_side(model, prepared, pools, prefill["prefill_tps"], medians, spreads)
+        replayed, cmp = replay_side(model, prepared, pools, prefill["prefill_tps"], medians, spreads, runs, True)
     workload_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(workload).items()}
     workload_json["requests"] = prepared.requests
     budget = {"dwpd": dwpd or 0.0, "rule": dwpd_rule,
@@ -256,16 +256,21 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
 
 
 def replay_side(model: Path, prepared, pools: Pools, prefill_tps: float, medians: dict[str, RunResult],
-                spreads: dict[str, dict]) -> tuple[dict, dict]:
-    """The same sessions and capacities through the replay at ``prefill_tps``, and the comparison."""
+                spreads: dict[str, dict], runs: dict[str, list[RunResult]], file_bounded: bool) -> tuple[dict, dict]:
+    """The same sessions and capacities through the replay at ``prefill_tps``, and the comparison.
+    ``file_bounded``: the server's stock `file` had the store's capacity (its stand-in too, and
+    both sides' ratios are over it); else it was unbounded (an earlier run's JSON: the stand-in
+    holds everything, and the replay's ratios are over its full duplicate)."""
     spec = fig10_replay.model_spec(model, pools.page_size)
     sessions = fig10_replay.replay_sessions(prepared, pools.page_size, prepared_output_len(prepared))
-    every_token = sum(r.input_tokens for s in sessions for r in s.requests)
-    plan = fig10_replay.ReplayPlan(pools, prefill_tps, len(prepared.conversations), unbounded_ssd_tokens=every_token)
+    file_tokens = pools.store_tokens if file_bounded else sum(r.input_tokens for s in sessions for r in s.requests)
+    plan = fig10_replay.ReplayPlan(pools, prefill_tps, len(prepared.conversations), file_ssd_tokens=file_tokens)
     replayed = fig10_replay.run_replay(list(medians), sessions, spec, plan)
     cmp = {}
     if {DRAM_ONLY, HICACHE_FILE, "full-duplicate"} <= set(medians):
-        cmp = fig10_replay.comparison({n: asdict(r) for n, r in medians.items()}, replayed, spreads=spreads)
+        base = (HICACHE_FILE, HICACHE_FILE if file_bounded else "full-duplicate")
+        cmp = fig10_replay.comparison({n: asdict(r) for n, r in medians.items()}, replayed, base, spreads,
+                                      {n: [asdict(r) for r in rs] for n, rs in runs.items()})
     return replayed, cmp
 
 
@@ -291,7 +296,8 @@ def replay_from_json(path: Path, work: Path, weka: Path | None = None) -> list[M
         prepared = prepare(workload, work / model.name)
         runs = {n: [RunResult(**r) for r in rs] for n, rs in entry["runs"].items()}
         medians = {n: RunResult(**r) for n, r in entry["medians"].items()}
-        replayed, cmp = replay_side(model, prepared, pools, entry["prefill"]["prefill_tps"], medians, entry["spreads"])
+        replayed, cmp = replay_side(model, prepared, pools, entry["prefill"]["prefill_tps"], medians, entry["spreads"],
+                                    runs, bool(entry.get("store_cap_bytes")))
         model_runs.append(ModelRun(entry["model"], entry["hybrid"], entry["workload"], entry["pools"], entry["budget"],
                                    entry.get("store_cap_bytes", 0), entry["prefill"], runs, medians, entry["spreads"], replayed, cmp))
     return model_runs
@@ -344,6 +350,11 @@ def report(mr: ModelRun) -> str:
     if budget is not None:
         lines += [f"The budget's cap over the run: {mr.budget['cap_bytes']:.0f} bytes; it wrote {budget.ssd_bytes:.0f} "
                   f"(median), E2 {mr.medians['eviction:E2'].ssd_bytes:.0f}." if "eviction:E2" in mr.medians else "", ""]
+    stock = mr.runs.get(HICACHE_FILE)
+    if stock and mr.store_cap_bytes:
+        lines += [f"Stock `file` bounded to the store's {mr.store_cap_bytes} bytes (SGLang's max_size): it held "
+                  f"{max(r.store_bytes_held for r in stock):.0f} at most at the end of a run, and wrote "
+                  f"{min(r.ssd_bytes for r in stock):.0f}-{max(r.ssd_bytes for r in stock):.0f}.", ""]
     lines.append("Run-to-run spread ((max - min) / median): " + ", ".join(
         f"{n} writes {s['ssd_bytes']:.2f} TTFT {s['ttft_mean_ms']:.2f}" for n, s in mr.spreads.items()))
     if mr.comparison:
