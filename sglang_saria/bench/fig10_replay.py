@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -291,39 +290,3 @@ def orderings_table(cmp: dict) -> str:
         rows.append([f"{label} (lowest first)", order_text(cmp[key]["server"]), order_text(cmp[key]["replay"]),
                      "; ".join(cmp.get(dis) or []) or "none"])
     return md_table(["ordering", "server", "replay", "server orders otherwise, beyond its run-to-run spread"], rows)
-
-
-# docs/fidelity.md's Figure 10 section: tables between `<!-- fig10:NAME -->` and `<!-- /fig10 -->`
-# are renderings of docs/data/fig10.json (tests/replay/test_fig10_doc.py checks them).
-_BLOCK = re.compile(r"(<!-- fig10:([\w.-]+) -->\n)(.*?)(<!-- /fig10 -->)", re.S)
-
-
-def doc_tables(data: list[dict]) -> dict[str, str]:
-    """Every generated table of the section, by name, from the bench's JSON (one entry per model)."""
-    from sglang_saria.bench.configs import RunResult, results_table
-
-    out = {}
-    for entry in data:
-        name = Path(entry["model"]).name
-        medians = {n: RunResult(**r) for n, r in entry["medians"].items()}
-        out[f"server-{name}"] = results_table(medians)
-        if entry.get("comparison"):
-            out[f"replay-{name}"] = comparison_table(entry["comparison"])
-            out[f"orders-{name}"] = orderings_table(entry["comparison"])
-    return out
-
-
-def doc_blocks(text: str) -> dict[str, str]:
-    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
-
-
-def update_doc(text: str, data: list[dict]) -> str:
-    """``text`` with every marked table rendered anew from ``data``."""
-    tables = doc_tables(data)
-
-    def fill(m: re.Match) -> str:
-        if m.group(2) not in tables:
-            raise ValueError(f"docs: unknown fig10 table {m.group(2)!r}; known: {', '.join(tables)}")
-        return m.group(1) + tables[m.group(2)] + "\n" + m.group(4)
-
-    return _BLOCK.sub(fill, text)
