@@ -71,13 +71,13 @@ def claims(entry: dict) -> str:
         return below, above, [n for n in names if n not in below and n not in above]
 
     faster, slower, overlap = split([HICACHE_FILE, *saria], DRAM_ONLY, "ttft_mean_ms")
-    lines = [f"Mean TTFT against DRAM-only, {n_runs} runs each: every run faster than every DRAM-only run: "
+    lines = [f"- Mean TTFT against DRAM-only, {n_runs} runs each: every run faster than every DRAM-only run: "
              f"{_names(faster)}; every run slower: {_names(slower)}; ranges overlap (no order claimed): {_names(overlap)}."]
     faster, slower, overlap = split(saria, HICACHE_FILE, "ttft_mean_ms")
-    lines.append(f"Mean TTFT against stock `file`: every run faster than every `file` run: {_names(faster)}; every run "
+    lines.append(f"- Mean TTFT against stock `file`: every run faster than every `file` run: {_names(faster)}; every run "
                  f"slower: {_names(slower)}; ranges overlap: {_names(overlap)}.")
     fewer, more, overlap = split(saria, HICACHE_FILE, "ssd_bytes")
-    lines.append(f"SSD writes against stock `file` (bounded to the store's {entry['store_cap_bytes']:,} bytes): every run "
+    lines.append(f"- SSD writes against stock `file` (bounded to the store's {entry['store_cap_bytes']:,} bytes): every run "
                  f"wrote less than every `file` run: {_names(fewer)}; every run more: {_names(more)}; ranges overlap: "
                  f"{_names(overlap)}.")
     return "\n".join(lines)
