@@ -346,7 +346,7 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
     # the `file` backend's writes are counted as they land (a bounded one deletes pages)
     counter = None
     if config.backend == "file":
-        store.mkdir(mode=0o700)
+        store.mkdir(mode=0o700, exist_ok=True)
         counter = FileWriteCounter(store)
     env = {**pools.server_env(), **(AUDIT_ENV if audit and config.saria else {})}
     started = time.monotonic()
