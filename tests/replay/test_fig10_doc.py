@@ -151,3 +151,32 @@ def _assert_same(fresh, recorded, where: str) -> None:
         assert (math.isnan(fresh) and math.isnan(recorded)) or math.isclose(fresh, recorded, rel_tol=1e-9, abs_tol=1e-12), where
     else:
         assert fresh == recorded, where
+
+
+def test_the_hybrid_prose_is_what_the_json_shows(data):
+    """Section 10's sentences on `qwen3.5-bench-hybrid`: who wrote nothing, E2's and the budget's
+    largest run, no storage hits, the budget's rule and cap, the replay's place in the ranges."""
+    entry = next(e for e in data if e["model"].endswith("qwen3.5-bench-hybrid"))
+    runs, cmp = entry["runs"], entry["comparison"]
+    budget = next(n for n in runs if n.startswith("budget:"))
+    assert all(r["ssd_bytes"] == 0 for n in ("eviction:E3", "auto") for r in runs[n])
+    assert [r["ssd_bytes"] == 0 for r in runs["eviction:E2"]].count(True) == 2
+    assert [r["ssd_bytes"] == 0 for r in runs[budget]].count(True) == 1
+    largest = max(r["ssd_bytes"] for n in ("eviction:E2", budget) for r in runs[n]) / 1e6
+    assert all(r["storage_tokens"] == 0 for rs in runs.values() for r in rs)
+    assert entry["budget"]["rule"] == "half of the first full-duplicate run's writes"
+    assert [n for n, f in cmp["ssd_bytes"]["replay_inside_vs_fd"].items() if not f] == ["full-duplicate"]
+    assert [(n, label) for label in ("fd", "dram") for n, f in cmp["ttft_mean_ms"][f"replay_inside_vs_{label}"].items()
+            if not f] == [(budget, "dram")]
+    stock, dram = runs["hicache-file"], [r["ttft_mean_ms"] for r in runs["dram-only"]]
+    low, high = cmp["ttft_mean_ms"]["server_range_vs_dram"][budget]
+    text = " ".join((DOCS / "fidelity.md").read_text().split())
+    for sentence in (
+        f"E2 and the budget at most {largest:.1f} MB (two of E2's runs and one of the budget's nothing)",
+        f"full duplicate's first run (a {entry['budget']['cap_bytes'] / 1e6:.1f} MB cap)",
+        f"DRAM-only's own runs span {min(dram):,.0f}-{max(dram):,.0f} ms",
+        f"({cmp['ttft_mean_ms']['replay_vs_dram'][budget]:.2f} against {low:.2f}-{high:.2f})",
+        f"Stock `file` wrote {min(r['ssd_bytes'] for r in stock) / 1e6:.0f}-{max(r['ssd_bytes'] for r in stock) / 1e6:.0f} MB a "
+        f"run and held at most {max(r['store_bytes_held'] for r in stock) / 1e6:.1f} of its {entry['store_cap_bytes'] / 1e6:.1f} MB cap",
+    ):
+        assert sentence in text, sentence
