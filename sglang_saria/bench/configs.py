@@ -28,6 +28,7 @@ from pathlib import Path
 from sglang_saria import policy_names
 from sglang_saria.agents.bench_client import BenchClient, BenchResult, start_bench_serving
 from sglang_saria.agents.weka_chat import AGENTS, weka_conversations, write_agentic_trace
+from sglang_saria.bench.file_writes import FileWriteCounter
 from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, free_port, hicache_args, saria_metrics
 from sglang_saria.replay.report import md_table
 
@@ -132,6 +133,7 @@ class BenchConfig:
     backend: str  # "none" | "file" | "saria"
     admission: str | None = None
     admission_extra: tuple[tuple[str, object], ...] = ()  # AdmissionConfig fields besides the policy
+    file_max_bytes: int = 0  # the `file` backend's cap (SGLang's `max_size`: LRU files deleted); 0 unbounded
 
     @property
     def saria(self) -> bool:
@@ -142,7 +144,8 @@ class BenchConfig:
         if self.backend == "none":
             return ["--enable-metrics", "--enable-hierarchical-cache", "--hicache-ratio", str(ratio)]
         if self.backend == "file":
-            return hicache_args("file", {"file_storage_path": str(store)}, ratio)
+            cap = {"max_size": str(self.file_max_bytes)} if self.file_max_bytes else {}
+            return hicache_args("file", {"file_storage_path": str(store), **cap}, ratio)
         admission = {"policy": self.admission, **dict(self.admission_extra)}
         extra = {"data_dirs": [str(store)], "admission": admission, "capacity": f"{pools.store_tokens} tokens"}
         return hicache_args("saria", extra, ratio)
@@ -285,6 +288,7 @@ class RunResult:
     audit_pages: float = 0.0
     audit_errors: float = 0.0
     wall_s: float = 0.0
+    store_bytes_held: float = 0.0  # `file` backend: bytes on disk once its writes settled (its cap's effect)
 
 
 # (key, label, format): the table's rows, in order
@@ -339,6 +343,11 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
     measurement that needs a server of this configuration spares starting another."""
     work.mkdir(parents=True, exist_ok=True)
     store = work / "store"
+    # the `file` backend's writes are counted as they land (a bounded one deletes pages)
+    counter = None
+    if config.backend == "file":
+        store.mkdir(mode=0o700, exist_ok=True)
+        counter = FileWriteCounter(store)
     env = {**pools.server_env(), **(AUDIT_ENV if audit and config.saria else {})}
     started = time.monotonic()
     server_config = ServerConfig(model, args=pools.flags() + config.server_args(pools, store),
@@ -353,12 +362,15 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
                 server.wait_storage_writes()
             metrics = saria_metrics(server.metrics())
             (work / "saria-metrics.json").write_text(json.dumps(metrics, indent=1, sort_keys=True))
-            written = settled_file_bytes(store) if config.backend == "file" else metrics.get(
-                "sglang:saria_ssd_bytes_written_total", 0.0)
+            held = float(settled_file_bytes(store)) if counter is not None else 0.0
+            written = counter.close() if counter is not None else metrics.get("sglang:saria_ssd_bytes_written_total", 0.0)
+            counter = None
             if when_done is not None:
                 when_done(server)
     finally:
         early.stop()
+        if counter is not None:
+            counter.close()
     pages, errors = check_audit(config, metrics, work) if audit and config.saria else (0.0, 0.0)
     result = client.result
     cache = result.cache
@@ -368,7 +380,7 @@ def run_config(config: BenchConfig, model: Path, prepared: Prepared, pools: Pool
         float(result.storage_tokens),
         result.mean_ttft_ms if result.ttfts_s else math.nan,
         result.p90_ttft_ms if len(result.ttfts_s) > 1 else math.nan,
-        metrics.get("sglang:saria_store_evictions_total", 0.0), pages, errors, time.monotonic() - started,
+        metrics.get("sglang:saria_store_evictions_total", 0.0), pages, errors, time.monotonic() - started, held,
     )
     return run, client
 

@@ -8,7 +8,9 @@ same pools: a device pool and a host pool (`--hicache-ratio` x device) the sessi
 overflow, and a saria store smaller than what full duplicate writes, so it evicts.
 
 Configurations (`--configs`): `dram-only` (HiCache, no storage), `hicache-file` (stock
-HiCache, `file` backend), saria `full-duplicate`, `eviction:E2`, `eviction:E3`,
+HiCache, `file` backend, bounded to the saria store's capacity in bytes by SGLang's own
+`max_size`: it deletes its least recently used pages; its writes are counted as they land,
+`bench/file_writes.py`), saria `full-duplicate`, `eviction:E2`, `eviction:E3`,
 `budget:<DWPD>` and `auto`. Unless `--dwpd` is given, the budget's DWPD is half of what the
 first `eviction:E2` run wrote, over the store's capacity: the whole run lies inside the
 budget's one-day window, so the cap is DWPD x capacity, half of E2's writes, and binds (the
@@ -17,18 +19,21 @@ it instead, and the report prints the cap next to what the budget wrote.
 
 Per configuration: SSD bytes written, cached tokens by tier (SGLang's cache report), TTFT
 mean and P90, requests and failures, ratios to `hicache-file` and `dram-only` of the same
-run; medians of `--repeats`. saria's KV audit is on (every page saria moves is checked
-against what was computed); the script fails if it reports a mismatch or any request fails.
+run; medians, minima and maxima of `--repeats`. No configuration runs saria's KV audit: it
+checks only pages a saria store moves, so it cannot run on the stock ones, and its checks
+would slow the saria servers alone. The audited correctness runs of the same paths are the
+e2e tests (`tests/e2e/`, `launcher.AUDIT_ENV`). The script fails if any request fails.
 
 The same sessions and capacities then go through the replay (`bench/fig10_replay.py`) at
 the prefill rate measured on the first `dram-only` server, and both orderings are compared.
 
-    saria-fig10 --model models/qwen3-tiny [--repeats 3] [--json out.json] [--plot fig.png]
+    saria-fig10 --model models/qwen3-tiny [--repeats 5] [--json out.json] [--plot fig.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -79,6 +84,7 @@ class ModelRun:
     workload: dict
     pools: dict
     budget: dict  # dwpd, the rule that chose it, the cap in bytes over the run
+    store_cap_bytes: int  # saria's store capacity, and the stock `file` backend's max_size
     prefill: dict
     runs: dict[str, list[RunResult]]
     medians: dict[str, RunResult]
@@ -125,8 +131,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), help=f"configurations (default: {' '.join(CONFIGS)}); "
                     "'budget' alone takes --dwpd")
     ap.add_argument("--dwpd", type=float, default=None, help="budget:<DWPD> (default: half of E2's writes / store capacity)")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per configuration, medians reported (default 3)")
-    ap.add_argument("--no-audit", action="store_true", help="saria servers without the KV audit (faster; no byte checks)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per configuration, medians and min-max reported (default 5)")
     ap.add_argument("--no-replay", action="store_true", help="skip the replay comparison")
     ap.add_argument("--json", type=Path, default=None, help="write every run, median and the replay comparison here")
     ap.add_argument("--plot", type=Path, default=None, help="write the write-vs-TTFT figure (PNG) here")
@@ -221,7 +226,9 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
     prepared = prepare(workload, work)
     spec = fig10_replay.model_spec(model, pools.page_size)
     dwpd, dwpd_rule = args.dwpd, "--dwpd"
-    configs = build_configs(args.configs, dwpd or 1.0)
+    cap_bytes = pools.store_tokens * spec.kv_bytes_per_token
+    configs = [dataclasses.replace(c, file_max_bytes=cap_bytes) if c.backend == "file" else c
+               for c in build_configs(args.configs, dwpd or 1.0)]
     runs: dict[str, list[RunResult]] = {}
     prefill: dict = {}
     for i in range(args.repeats):
@@ -232,33 +239,38 @@ def bench_model(args: argparse.Namespace, model: Path, work: Path, bar: tqdm) ->
                 config = parse_config(f"budget:{dwpd:.3g}")
             bar.set_postfix_str(f"{model.name} {config.name} #{i + 1}")
             result, _ = run_config(config, model, prepared, pools, work / f"{config.name.replace(':', '_')}-{i}",
-                                   not args.no_audit, prefill_probe(config, i, args, prefill))
+                                   False, prefill_probe(config, i, args, prefill))
             runs.setdefault(config.name, []).append(result)
             bar.update(1)
     medians = {name: median_result(rs) for name, rs in runs.items()}
     spreads = {name: {k: spread(rs, k) for k in ("ssd_bytes", "ttft_mean_ms", "ttft_p90_ms")} for name, rs in runs.items()}
     replayed, cmp = {}, {}
     if not args.no_replay:
-        replayed, cmp = replay_side(model, prepared, pools, prefill["prefill_tps"], medians, spreads)
+        replayed, cmp = replay_side(model, prepared, pools, prefill["prefill_tps"], medians, spreads, runs, True)
     workload_json = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(workload).items()}
     workload_json["requests"] = prepared.requests
     budget = {"dwpd": dwpd or 0.0, "rule": dwpd_rule,
               "cap_bytes": (dwpd or 0.0) * pools.store_tokens * spec.kv_bytes_per_token}  # one-day window: the whole run
     return ModelRun(str(model), pools.hybrid, workload_json, {**asdict(pools), "host_tokens": pools.host_tokens},
-                    budget, prefill, runs, medians, spreads, replayed, cmp)
+                    budget, cap_bytes, prefill, runs, medians, spreads, replayed, cmp)
 
 
 def replay_side(model: Path, prepared, pools: Pools, prefill_tps: float, medians: dict[str, RunResult],
-                spreads: dict[str, dict]) -> tuple[dict, dict]:
-    """The same sessions and capacities through the replay at ``prefill_tps``, and the comparison."""
+                spreads: dict[str, dict], runs: dict[str, list[RunResult]], file_bounded: bool) -> tuple[dict, dict]:
+    """The same sessions and capacities through the replay at ``prefill_tps``, and the comparison.
+    ``file_bounded``: the server's stock `file` had the store's capacity (its stand-in too, and
+    both sides' ratios are over it); else it was unbounded (an earlier run's JSON: the stand-in
+    holds everything, and the replay's ratios are over its full duplicate)."""
     spec = fig10_replay.model_spec(model, pools.page_size)
     sessions = fig10_replay.replay_sessions(prepared, pools.page_size, prepared_output_len(prepared))
-    every_token = sum(r.input_tokens for s in sessions for r in s.requests)
-    plan = fig10_replay.ReplayPlan(pools, prefill_tps, len(prepared.conversations), unbounded_ssd_tokens=every_token)
+    file_tokens = pools.store_tokens if file_bounded else sum(r.input_tokens for s in sessions for r in s.requests)
+    plan = fig10_replay.ReplayPlan(pools, prefill_tps, len(prepared.conversations), file_ssd_tokens=file_tokens)
     replayed = fig10_replay.run_replay(list(medians), sessions, spec, plan)
     cmp = {}
     if {DRAM_ONLY, HICACHE_FILE, "full-duplicate"} <= set(medians):
-        cmp = fig10_replay.comparison({n: asdict(r) for n, r in medians.items()}, replayed, spreads=spreads)
+        base = (HICACHE_FILE, HICACHE_FILE if file_bounded else "full-duplicate")
+        cmp = fig10_replay.comparison({n: asdict(r) for n, r in medians.items()}, replayed, base, spreads,
+                                      {n: [asdict(r) for r in rs] for n, rs in runs.items()})
     return replayed, cmp
 
 
@@ -284,9 +296,10 @@ def replay_from_json(path: Path, work: Path, weka: Path | None = None) -> list[M
         prepared = prepare(workload, work / model.name)
         runs = {n: [RunResult(**r) for r in rs] for n, rs in entry["runs"].items()}
         medians = {n: RunResult(**r) for n, r in entry["medians"].items()}
-        replayed, cmp = replay_side(model, prepared, pools, entry["prefill"]["prefill_tps"], medians, entry["spreads"])
+        replayed, cmp = replay_side(model, prepared, pools, entry["prefill"]["prefill_tps"], medians, entry["spreads"],
+                                    runs, bool(entry.get("store_cap_bytes")))
         model_runs.append(ModelRun(entry["model"], entry["hybrid"], entry["workload"], entry["pools"], entry["budget"],
-                                   entry["prefill"], runs, medians, entry["spreads"], replayed, cmp))
+                                   entry.get("store_cap_bytes", 0), entry["prefill"], runs, medians, entry["spreads"], replayed, cmp))
     return model_runs
 
 
@@ -337,6 +350,11 @@ def report(mr: ModelRun) -> str:
     if budget is not None:
         lines += [f"The budget's cap over the run: {mr.budget['cap_bytes']:.0f} bytes; it wrote {budget.ssd_bytes:.0f} "
                   f"(median), E2 {mr.medians['eviction:E2'].ssd_bytes:.0f}." if "eviction:E2" in mr.medians else "", ""]
+    stock = mr.runs.get(HICACHE_FILE)
+    if stock and mr.store_cap_bytes:
+        lines += [f"Stock `file` bounded to the store's {mr.store_cap_bytes} bytes (SGLang's max_size): it held "
+                  f"{max(r.store_bytes_held for r in stock):.0f} at most at the end of a run, and wrote "
+                  f"{min(r.ssd_bytes for r in stock):.0f}-{max(r.ssd_bytes for r in stock):.0f}.", ""]
     lines.append("Run-to-run spread ((max - min) / median): " + ", ".join(
         f"{n} writes {s['ssd_bytes']:.2f} TTFT {s['ttft_mean_ms']:.2f}" for n, s in mr.spreads.items()))
     if mr.comparison:

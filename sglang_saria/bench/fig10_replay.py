@@ -7,7 +7,9 @@ benchmark's workload: the same conversations with the chat template the server a
 ``output_len`` unique tokens (the real replies are random-model text nobody reuses), pages
 of the server's ``page_size`` as blocks, the same think times, all sessions starting at
 once, the server's host pool as DRAM (HiCache writes every device page through to host
-memory, so the host pool holds the device's pages too) and the store's capacity as the SSD.
+memory, so the host pool holds the device's pages too) and the store's capacity as the SSD
+(stock `file`'s too when the server bounded it to the same bytes; as large as everything the
+workload computes when it did not).
 The prefill rate is the one measured on the machine that served (``measure_prefill_tps``).
 
 Configurations map as: `dram-only` -> policy `none`; `hicache-file` -> `full-duplicate` with
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -98,8 +99,9 @@ class ReplayPlan:
     prefill_tps: float
     in_flight: int
     budget_window_s: float = 86400.0
-    # the `file` backend has no bound: its stand-in's SSD holds every token the workload computes
-    unbounded_ssd_tokens: int = 1 << 30
+    # the `hicache-file` stand-in's SSD, tokens: the store's when the server bounded stock `file`
+    # to it, else every token the workload computes (an unbounded `file`)
+    file_ssd_tokens: int = 1 << 30
 
 
 def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> SariaConfig:
@@ -116,7 +118,7 @@ def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> Sar
             if plan.pools.hybrid else {})),
         promotion=PromotionConfig(mode=promotion),
         capacity=CapacityConfig(dram_tokens=plan.pools.host_tokens, dram_checkpoints=plan.pools.host_state_slots,
-                                ssd_tokens=plan.unbounded_ssd_tokens if name == HICACHE_FILE else plan.pools.store_tokens),
+                                ssd_tokens=plan.file_ssd_tokens if name == HICACHE_FILE else plan.pools.store_tokens),
     ).validate()
 
 
@@ -192,22 +194,48 @@ def disagreements(server: dict[str, dict], replay: dict[str, dict], key: str, sp
     return out
 
 
+def paired_ratios(runs: dict[str, list[dict]], name: str, base: str, key: str) -> list[float]:
+    """Round i's ``key`` of ``name`` over round i's of ``base``: one ratio per round of servers
+    (every configuration once, back to back), so a round's load on the machine is in both."""
+    return [a[key] / b[key] for a, b in zip(runs[name], runs[base]) if b[key]]
+
+
+def ratio_range(runs: dict[str, list[dict]] | None, name: str, base: str, key: str) -> list[float] | None:
+    """[min, max] of the server's per-round ratios (None without runs or a base that is 0)."""
+    values = paired_ratios(runs, name, base, key) if runs and name in runs and base in runs else []
+    return [min(values), max(values)] if values else None
+
+
+def inside(value: float, bounds: list[float] | None, rel_tol: float = 1e-9) -> bool | None:
+    """Whether ``value`` lies in ``bounds`` (None when either is missing)."""
+    if bounds is None or value is None or math.isnan(value):
+        return None
+    lo, hi = bounds
+    return lo * (1 - rel_tol) - 1e-12 <= value <= hi * (1 + rel_tol) + 1e-12
+
+
 def comparison(server: dict[str, dict], replay: dict[str, dict], fd_base: tuple[str, str] = (HICACHE_FILE, "full-duplicate"),
-               spreads: dict[str, dict] | None = None) -> dict:
-    """Ratios of SSD writes and TTFT mean, server (to hicache-file and dram-only) and replay
-    (to full-duplicate and dram-only), and both orderings of the saria policies and stock."""
+               spreads: dict[str, dict] | None = None, runs: dict[str, list[dict]] | None = None) -> dict:
+    """Ratios of SSD writes and TTFT mean, server and replay, each over its ``fd_base`` (server,
+    replay: stock `file` on both sides when the server bounded it as the store, else the replay's
+    full duplicate) and over dram-only; with the server's ``runs``, each server ratio's min-max
+    over its rounds and whether the replay's ratio lies inside it; both orderings."""
     names = [n for n in server if n in replay]
 
     def ratios(side: dict[str, dict], base: str, key: str) -> dict[str, float]:
         ref = side[base][key]
         return {n: (side[n][key] / ref if ref else math.nan) for n in names}
 
-    out = {"configs": names}
+    out = {"configs": names, "bases": {"server": fd_base[0], "replay": fd_base[1]}}
     for key in ("ssd_bytes", "ttft_mean_ms"):
         out[key] = {
             "server_vs_fd": ratios(server, fd_base[0], key), "server_vs_dram": ratios(server, DRAM_ONLY, key),
             "replay_vs_fd": ratios(replay, fd_base[1], key), "replay_vs_dram": ratios(replay, DRAM_ONLY, key),
         }
+        for base, label in ((fd_base[0], "fd"), (DRAM_ONLY, "dram")) if runs is not None else ():
+            bounds = {n: ratio_range(runs, n, base, key) for n in names}
+            out[key][f"server_range_vs_{label}"] = bounds
+            out[key][f"replay_inside_vs_{label}"] = {n: inside(out[key][f"replay_vs_{label}"][n], bounds[n]) for n in names}
     writers = [n for n in names if n != DRAM_ONLY]
     out["order_writes"] = {"server": order({n: server[n]["ssd_bytes"] for n in writers}),
                            "replay": order({n: replay[n]["ssd_bytes"] for n in writers})}
@@ -222,15 +250,36 @@ def _r(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+def _with_range(cmp: dict, key: str, label: str, n: str) -> str:
+    """The server's ratio, and its min-max over the rounds when the JSON has them."""
+    bounds = cmp[key].get(f"server_range_vs_{label}", {}).get(n)
+    ratio = _r(cmp[key][f"server_vs_{label}"][n])
+    return f"{ratio} ({_r(bounds[0])}-{_r(bounds[1])})" if bounds else ratio
+
+
+def _inside(cmp: dict, key: str, label: str, n: str) -> str:
+    flag = cmp[key].get(f"replay_inside_vs_{label}", {}).get(n)
+    return "n/a" if flag is None else ("inside" if flag else "outside")
+
+
 def comparison_table(cmp: dict) -> str:
-    """The doc's table: per configuration, server and replay ratios side by side."""
-    head = ["config", "SSD writes: server / hicache-file", "replay / full-duplicate",
-            "TTFT mean: server / hicache-file", "replay / full-duplicate", "server / dram-only", "replay / dram-only"]
-    rows = []
-    for n in cmp["configs"]:
-        w, t = cmp["ssd_bytes"], cmp["ttft_mean_ms"]  # writes over dram-only's (nothing) are no ratio
-        rows.append([n, _r(w["server_vs_fd"][n]), _r(w["replay_vs_fd"][n]), _r(t["server_vs_fd"][n]),
-                     _r(t["replay_vs_fd"][n]), _r(t["server_vs_dram"][n]), _r(t["replay_vs_dram"][n])])
+    """The doc's table: per configuration, server and replay ratios side by side; with the
+    server's rounds, each server ratio's min-max over them and whether the replay's lies inside."""
+    bases = cmp.get("bases", {"server": HICACHE_FILE, "replay": "full-duplicate"})
+    ranged = "server_range_vs_fd" in cmp["ssd_bytes"]
+    server_col = " (min-max)" if ranged else ""
+    head, rows = ["config"], []
+    columns = (("ssd_bytes", "fd", f"SSD writes: server / {bases['server']}", f"replay / {bases['replay']}"),
+               ("ttft_mean_ms", "fd", f"TTFT mean: server / {bases['server']}", f"replay / {bases['replay']}"),
+               ("ttft_mean_ms", "dram", "server / dram-only", "replay / dram-only"))
+    for _, _, server_label, replay_label in columns:
+        head += [server_label + server_col, replay_label] + (["replay in server's range"] if ranged else [])
+    for n in cmp["configs"]:  # writes over dram-only's (nothing) are no ratio
+        row = [n]
+        for key, label, _, _ in columns:
+            row += [_with_range(cmp, key, label, n), _r(cmp[key][f"replay_vs_{label}"][n])]
+            row += [_inside(cmp, key, label, n)] if ranged else []
+        rows.append(row)
     return md_table(head, rows)
 
 
@@ -241,39 +290,3 @@ def orderings_table(cmp: dict) -> str:
         rows.append([f"{label} (lowest first)", order_text(cmp[key]["server"]), order_text(cmp[key]["replay"]),
                      "; ".join(cmp.get(dis) or []) or "none"])
     return md_table(["ordering", "server", "replay", "server orders otherwise, beyond its run-to-run spread"], rows)
-
-
-# docs/fidelity.md's Figure 10 section: tables between `<!-- fig10:NAME -->` and `<!-- /fig10 -->`
-# are renderings of docs/data/fig10.json (tests/replay/test_fig10_doc.py checks them).
-_BLOCK = re.compile(r"(<!-- fig10:([\w.-]+) -->\n)(.*?)(<!-- /fig10 -->)", re.S)
-
-
-def doc_tables(data: list[dict]) -> dict[str, str]:
-    """Every generated table of the section, by name, from the bench's JSON (one entry per model)."""
-    from sglang_saria.bench.configs import RunResult, results_table
-
-    out = {}
-    for entry in data:
-        name = Path(entry["model"]).name
-        medians = {n: RunResult(**r) for n, r in entry["medians"].items()}
-        out[f"server-{name}"] = results_table(medians)
-        if entry.get("comparison"):
-            out[f"replay-{name}"] = comparison_table(entry["comparison"])
-            out[f"orders-{name}"] = orderings_table(entry["comparison"])
-    return out
-
-
-def doc_blocks(text: str) -> dict[str, str]:
-    return {m.group(2): m.group(3).rstrip("\n") for m in _BLOCK.finditer(text)}
-
-
-def update_doc(text: str, data: list[dict]) -> str:
-    """``text`` with every marked table rendered anew from ``data``."""
-    tables = doc_tables(data)
-
-    def fill(m: re.Match) -> str:
-        if m.group(2) not in tables:
-            raise ValueError(f"docs: unknown fig10 table {m.group(2)!r}; known: {', '.join(tables)}")
-        return m.group(1) + tables[m.group(2)] + "\n" + m.group(4)
-
-    return _BLOCK.sub(fill, text)

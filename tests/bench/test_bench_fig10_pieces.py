@@ -255,3 +255,39 @@ def test_a_disagreement_counts_only_beyond_the_servers_spread():
     assert quiet["disagree_ttft"] == ["eviction:E2 < dram-only (server gap 0.11 > spread 0.05)"]
     noisy = comparison(server, replay, spreads={"eviction:E2": {"ttft_mean_ms": 0.3}})
     assert noisy["disagree_ttft"] == []
+
+
+def test_the_replays_ratio_is_placed_in_the_servers_per_round_range():
+    """Each round of servers (every configuration once) gives one ratio per configuration; the
+    table shows their min-max and whether the replay's ratio lies inside it."""
+    def r(ssd, ttft):
+        return {"ssd_bytes": ssd, "ttft_mean_ms": ttft}
+    runs = {"dram-only": [r(0, 100), r(0, 120)], "hicache-file": [r(100, 50), r(100, 80)],
+            "full-duplicate": [r(150, 60), r(130, 72)], "eviction:E2": [r(40, 90), r(60, 96)]}
+    server = {n: {"ssd_bytes": sum(x["ssd_bytes"] for x in rs) / 2, "ttft_mean_ms": sum(x["ttft_mean_ms"] for x in rs) / 2}
+              for n, rs in runs.items()}
+    replay = {"dram-only": r(0, 100), "hicache-file": r(200, 60), "full-duplicate": r(260, 70), "eviction:E2": r(40, 95)}
+    cmp = comparison(server, replay, ("hicache-file", "hicache-file"), runs=runs)
+    w, t = cmp["ssd_bytes"], cmp["ttft_mean_ms"]
+    assert w["server_range_vs_fd"]["full-duplicate"] == pytest.approx([1.3, 1.5])
+    assert w["replay_inside_vs_fd"]["full-duplicate"] is True  # 260 / 200 = 1.3, the low end
+    assert w["server_range_vs_fd"]["eviction:E2"] == pytest.approx([0.4, 0.6])
+    assert w["replay_inside_vs_fd"]["eviction:E2"] is False  # 0.2
+    assert w["server_range_vs_dram"]["eviction:E2"] is None and w["replay_inside_vs_dram"]["eviction:E2"] is None
+    assert t["server_range_vs_dram"]["eviction:E2"] == pytest.approx([0.8, 0.9])
+    assert t["replay_inside_vs_dram"]["eviction:E2"] is False  # 0.95
+    table = comparison_table(cmp)
+    assert "SSD writes: server / hicache-file (min-max) | replay / hicache-file | replay in server's range" in table
+    assert "| eviction:E2 | 0.50 (0.40-0.60) | 0.20 | outside | 1.43 (1.20-1.80) | 1.58 | inside | 0.85 (0.80-0.90) | 0.95 | outside |" in table
+
+
+def test_stock_file_takes_sglangs_own_cap():
+    """`hicache-file` bounded: SGLang's `max_size` in its extra config (HiCacheFile's LRU evictor),
+    nothing of saria's."""
+    import dataclasses
+
+    stock = dataclasses.replace(parse_config("hicache-file"), file_max_bytes=65536)
+    args = stock.server_args(Pools(), Path("/x/store"))
+    assert json.loads(args[args.index("--hicache-storage-backend-extra-config") + 1]) == {
+        "file_storage_path": "/x/store", "max_size": "65536"}
+    assert args[args.index("--hicache-storage-backend") + 1] == "file"

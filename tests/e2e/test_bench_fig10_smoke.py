@@ -2,8 +2,9 @@
 a short workload (3 WEKA sessions, 4 turns, think times), the replay comparison.
 
 What it proves: SGLang's own client (with the think-time hook) completes every request against
-stock HiCache and saria; stock `file` writes pages and DRAM-only writes none; saria's KV audit
-checked pages and found no mismatch; the JSON carries the server and replay numbers the doc's
+stock HiCache and saria; stock `file` writes pages, within the store's capacity (SGLang's
+`max_size`), and DRAM-only writes none; no configuration ran the KV audit (it cannot run on the
+stock ones; the audited runs are the other e2e tests); the JSON carries the server and replay numbers the doc's
 tables are rendered from."""
 
 from __future__ import annotations
@@ -23,27 +24,31 @@ def bench(tiny_model, tmp_path_factory) -> tuple[int, list[dict], Path]:
     work = tmp_path_factory.mktemp("fig10")
     out = work / "fig10.json"
     code = fig10.main([
-        "--model", str(tiny_model), "--repeats", "1", "--sessions", "3", "--turns", "4",
+        "--model", str(tiny_model), "--repeats", "1", "--sessions", "3", "--turns", "4", "--store-tokens", "256",
         "--configs", "dram-only", "hicache-file", "eviction:E2",
         "--json", str(out), "--plot", str(work / "fig10.png"), "--work-dir", str(work / "runs"),
     ])
     return code, json.loads(out.read_text()), work
 
 
-def test_every_request_succeeds_and_the_audit_is_clean(bench):
+def test_every_request_succeeds_and_no_configuration_ran_the_audit(bench):
     code, data, _ = bench
     assert code == 0
     (entry,) = data
     for name, runs in entry["runs"].items():
         (run,) = runs
         assert run["failed"] == 0 and run["requests"] == entry["workload"]["requests"], name
-    e2 = entry["runs"]["eviction:E2"][0]
-    assert e2["audit_pages"] > 0 and e2["audit_errors"] == 0
+        assert run["audit_pages"] == 0, name
 
 
 def test_stock_file_writes_and_dram_only_does_not(bench):
     _, (entry,), _ = bench
-    assert entry["medians"]["hicache-file"]["ssd_bytes"] > 0
+    stock = entry["medians"]["hicache-file"]
+    assert stock["ssd_bytes"] > 0
+    # bounded as saria's store (256 tokens of qwen3-tiny's 256-byte KV): it wrote past the cap,
+    # deleted pages, and held no more than the cap (counted as written, not as left on disk)
+    assert entry["store_cap_bytes"] == 256 * 256
+    assert stock["ssd_bytes"] > entry["store_cap_bytes"] >= stock["store_bytes_held"] > 0
     assert entry["medians"]["dram-only"]["ssd_bytes"] == 0
     # SGLang's cache report came back through the client: every configuration reused its prefixes
     for name, r in entry["medians"].items():
