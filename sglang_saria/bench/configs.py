@@ -164,7 +164,7 @@ def parse_config(name: str, admission_extra: dict | None = None, flag: str = "--
         raise ValueError(f"{flag}: {name!r}: not {DRAM_ONLY}, {HICACHE_FILE} or a saria policy ({e})") from None
     if kind in policy_names.REPLAY_ONLY or kind == "none":
         raise ValueError(f"{flag}: {name!r}: a server cannot run it (use {DRAM_ONLY} for no storage)")
-    extra = tuple(sorted((admission_extra or {}).items())) if kind in ("budget", "auto") else ()
+    extra = tuple(sorted((admission_extra or {}).items())) if kind in ("budget", "auto", "loadaware") else ()
     return BenchConfig(name, "saria", policy, extra)
 
 

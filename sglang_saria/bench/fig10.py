@@ -11,7 +11,7 @@ Configurations (`--configs`): `dram-only` (HiCache, no storage), `hicache-file` 
 HiCache, `file` backend, bounded to the saria store's capacity in bytes by SGLang's own
 `max_size`: it deletes its least recently used pages; its writes are counted as they land,
 `bench/file_writes.py`), saria `full-duplicate`, `eviction:E2`, `eviction:E3`,
-`budget:<DWPD>` and `auto`. Unless `--dwpd` is given, the budget's DWPD is half of what the
+`budget:<DWPD>` and `loadaware` (the load-following threshold; `auto`'s ghost rule is compared in the replay, `docs/admission.md`). Unless `--dwpd` is given, the budget's DWPD is half of what the
 first `eviction:E2` run wrote, over the store's capacity: the whole run lies inside the
 budget's one-day window, so the cap is DWPD x capacity, half of E2's writes, and binds (the
 budget policy is E2 until its cap nears). When E2 wrote nothing, full duplicate's writes set
@@ -71,7 +71,7 @@ from sglang_saria.replay.loaders import shared_dir
 from sglang_saria.tiny_models import FULL_ATTENTION
 
 BUDGET = "budget"
-CONFIGS = (DRAM_ONLY, HICACHE_FILE, "full-duplicate", "eviction:E2", "eviction:E3", BUDGET, "auto")
+CONFIGS = (DRAM_ONLY, HICACHE_FILE, "full-duplicate", "eviction:E2", "eviction:E3", BUDGET, "loadaware")
 DEFAULT_TRACES = shared_dir() / "traces" / "weka-cc"
 
 
@@ -182,7 +182,7 @@ def build_configs(names: list[str], dwpd: float) -> list[BenchConfig]:
     """The configurations in run order; `budget` becomes `budget:<dwpd>`. Budget and auto
     run after eviction:E2 (whose writes may set the DWPD)."""
     out = [parse_config(f"budget:{dwpd:g}" if n == BUDGET else n) for n in names]
-    return sorted(out, key=lambda c: c.admission is not None and c.admission.split(":")[0] in ("budget", "auto"))
+    return sorted(out, key=lambda c: c.admission is not None and c.admission.split(":")[0] in ("budget", "loadaware"))
 
 
 def pools_for(args: argparse.Namespace, model: Path) -> Pools:

@@ -109,7 +109,7 @@ def replay_config(name: str, plan: ReplayPlan, dwpd: float | None = None) -> Sar
     policy, promotion = {DRAM_ONLY: ("none", "saria"), HICACHE_FILE: ("full-duplicate", "full")}.get(
         name, (name.removeprefix("saria/"), "saria"))
     admission = AdmissionConfig(policy=policy, budget_window_s=plan.budget_window_s)
-    if policy.startswith("auto"):
+    if policy.split(":")[0] in ("auto", "loadaware"):
         admission = dataclasses.replace(admission, auto_prefill_tps=plan.prefill_tps)
     return SariaConfig(
         admission=admission,

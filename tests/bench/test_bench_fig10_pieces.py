@@ -60,10 +60,10 @@ def test_bad_config_names_are_refused_naming_the_flag(bad):
         parse_config(bad)
 
 
-def test_budget_and_auto_run_after_e2_and_budget_takes_the_dwpd():
+def test_budget_and_loadaware_run_after_e2_and_budget_takes_the_dwpd():
     names = [c.name for c in fig10.build_configs(list(fig10.CONFIGS), 0.25)]
     assert names[:5] == ["dram-only", "hicache-file", "full-duplicate", "eviction:E2", "eviction:E3"]
-    assert set(names[5:]) == {"budget:0.25", "auto"}
+    assert set(names[5:]) == {"budget:0.25", "loadaware"}
 
 
 def test_binding_dwpd_is_half_of_e2_writes_over_capacity():
@@ -187,7 +187,7 @@ def test_replay_stands_in_for_each_server_configuration():
     assert (stock.admission.policy, stock.promotion.mode) == ("full-duplicate", "full")
     e2 = replay_config("eviction:E2", plan)
     assert (e2.capacity.dram_tokens, e2.capacity.ssd_tokens, e2.metadata.block_tokens) == (1024, 4096, 16)
-    assert replay_config("auto", plan).admission.auto_prefill_tps == 2000.0
+    assert replay_config("loadaware", plan).admission.auto_prefill_tps == 2000.0
 
 
 def test_a_hybrid_is_served_and_replayed_on_one_checkpoint_grid():

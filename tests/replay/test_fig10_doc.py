@@ -39,7 +39,7 @@ def test_the_json_has_every_configuration_5_runs_no_failure_no_audit_and_a_bound
     """The run's conditions: every configuration 5 times, none with the KV audit (it cannot run on
     the stock ones), stock `file` bounded to the saria store's bytes (and within it)."""
     for entry in data:
-        assert {"dram-only", "hicache-file", "full-duplicate", "eviction:E2", "eviction:E3", "auto"} <= set(entry["medians"])
+        assert {"dram-only", "hicache-file", "full-duplicate", "eviction:E2", "eviction:E3", "loadaware"} <= set(entry["medians"])
         assert any(n.startswith("budget:") for n in entry["medians"])
         for name, runs in entry["runs"].items():
             assert len(runs) == 5, name
@@ -97,7 +97,7 @@ def test_the_qwen3_bench_prose_is_what_the_json_shows(data):
     inside = entry["comparison"]["ssd_bytes"]["replay_inside_vs_fd"]
     below = [n for n, flag in inside.items() if flag is False
              and entry["comparison"]["ssd_bytes"]["replay_vs_fd"][n] < entry["comparison"]["ssd_bytes"]["server_range_vs_fd"][n][0]]
-    assert [n.split(":")[0] for n in below] == ["full-duplicate", "eviction", "budget", "auto"]
+    assert [n.split(":")[0] for n in below] == ["full-duplicate", "eviction", "budget", "loadaware"]
     assert inside["eviction:E3"] is True
     ttft = entry["comparison"]["ttft_mean_ms"]
     outside = [(n, label) for label in ("fd", "dram") for n, flag in ttft[f"replay_inside_vs_{label}"].items() if flag is False]
@@ -159,7 +159,7 @@ def test_the_hybrid_prose_is_what_the_json_shows(data):
     entry = next(e for e in data if e["model"].endswith("qwen3.5-bench-hybrid"))
     runs, cmp = entry["runs"], entry["comparison"]
     budget = next(n for n in runs if n.startswith("budget:"))
-    assert all(r["ssd_bytes"] == 0 for n in ("eviction:E3", "auto") for r in runs[n])
+    assert all(r["ssd_bytes"] == 0 for n in ("eviction:E3", "loadaware") for r in runs[n])
     assert [r["ssd_bytes"] == 0 for r in runs["eviction:E2"]].count(True) == 2
     assert [r["ssd_bytes"] == 0 for r in runs[budget]].count(True) == 1
     largest = max(r["ssd_bytes"] for n in ("eviction:E2", budget) for r in runs[n]) / 1e6

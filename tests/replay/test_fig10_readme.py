@@ -76,11 +76,11 @@ def test_the_readmes_reading_is_what_the_runs_show():
     runs = _entry()["runs"]
     saria = [n for n in runs if n not in ("dram-only", "hicache-file")]
     fewer, more, overlap = _split(runs, saria, "hicache-file", "ssd_bytes")
-    assert [n.split(":")[0] for n in fewer] == ["eviction", "eviction", "budget", "auto"] and overlap == ["full-duplicate"]
+    assert [n.split(":")[0] for n in fewer] == ["eviction", "eviction", "budget", "loadaware"] and overlap == ["full-duplicate"]
     for base in ("dram-only", "hicache-file"):
         below, above, _ = _split(runs, [n for n in runs if n != base], base, "ttft_mean_ms")
         assert below == [] and above == [], base
     text = " ".join(_readme().split())
-    assert ("by SSD writes, E2, E3, the budget and `auto` wrote less than stock `file` in every run, and full "
+    assert ("by SSD writes, E2, E3, the budget and `loadaware` wrote less than stock `file` in every run, and full "
             "duplicate's runs overlap stock's") in text
     assert "By mean TTFT these 5 runs order nothing: every configuration's range overlaps DRAM-only's and stock's." in text
