@@ -7,7 +7,17 @@ import json
 
 import pytest
 
-from sglang_saria.bench.restart_turns import RestartRun, RestartTurn, backend_args, matches_cold, table, trace_diff
+from sglang_saria.bench.restart_turns import (
+    RestartRun,
+    RestartTurn,
+    backend_args,
+    markdown,
+    matches_cold,
+    stress_markdown,
+    stress_ratio,
+    table,
+    trace_diff,
+)
 
 
 def test_trace_diff_compares_tokens_and_ranked_top_logprobs():
@@ -37,3 +47,31 @@ def test_table_puts_saria_beside_file_per_session():
     rows = table(runs).splitlines()
     assert rows[1].split()[:5] == ["2", "agent-a", "784", "784", "1.00"]
     assert rows[2].split()[:5] == ["2", "agent-b", "480", "392", "1.22"]  # cached: 480 / 392
+
+
+def _record(latencies: list[float], cold: list[float], gave_up: float = 0.0) -> dict:
+    turns = [{"session": f"agent-{i}", "prompt": 1012, "storage": 480, "computed": 228, "latency_s": t}
+             for i, t in enumerate(latencies)]
+    metrics = {'sglang:saria_reload_fallbacks_total{reason="read_slower"}': gave_up} if gave_up else {}
+    return {"turns": turns, "cold_latency_s": cold, "metrics": metrics}
+
+
+def test_stress_table_is_the_slowest_turn_over_the_cold_servers_per_run_then_the_median():
+    records = [_record([0.5, 2.0], [1.0, 0.8]), _record([3.0, 1.0], [1.0, 1.0], gave_up=3), _record([1.2], [1.0])]
+    assert [stress_ratio(r) for r in records] == [2.0, 3.0, 1.2]
+    rows = stress_markdown(records).splitlines()
+    assert rows[2] == "| 1 | 2.00 | 1.00 | 2.00x | 0 | 960 | 456 |"
+    assert rows[3].split("|")[5].strip() == "3"
+    assert rows[-1] == "| median | | | 2.00x | | | |"
+
+
+def test_doc_table_sums_each_backend_per_session_count():
+    def run(backend: str, storages: list[int]) -> dict:
+        turns = [{"session": f"agent-{c}", "storage": s, "computed": 1012 - s} for c, s in zip("ab", storages)]
+        return {"backend": backend, "sessions": len(storages), "turns": turns,
+                "metrics": {"sglang:saria_reload_tokens_wasted_total": 0.0} if backend == "saria" else {}}
+
+    rows = markdown([run("saria", [784, 480]), run("file", [784, 0])]).splitlines()
+    assert rows[2] == "| 2 | agent-a | 784 | 784 | 228 | 228 | 0 |"
+    assert rows[3] == "| 2 | agent-b | 480 | 0 | 532 | 1012 | 0 |"
+    assert rows[4] == "| 2 | sum | 1264 | 784 | 760 | 1240 | |"
