@@ -52,7 +52,7 @@ def test_table_puts_saria_beside_file_per_session():
 def _record(latencies: list[float], cold: list[float], gave_up: float = 0.0) -> dict:
     turns = [{"session": f"agent-{i}", "prompt": 1012, "storage": 480, "computed": 228, "latency_s": t}
              for i, t in enumerate(latencies)]
-    metrics = {'sglang:saria_reload_fallbacks_total{reason="read_slower"}': gave_up} if gave_up else {}
+    metrics = {"sglang:saria_reload_fallbacks_total/read_slower": gave_up} if gave_up else {}
     return {"turns": turns, "cold_latency_s": cold, "metrics": metrics}
 
 
