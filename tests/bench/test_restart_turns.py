@@ -4,6 +4,7 @@ the table (its servers run in tests/e2e/test_reload_admission.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +76,20 @@ def test_doc_table_sums_each_backend_per_session_count():
     assert rows[2] == "| 2 | agent-a | 784 | 784 | 228 | 228 | 0 |"
     assert rows[3] == "| 2 | agent-b | 480 | 0 | 532 | 1012 | 0 |"
     assert rows[4] == "| 2 | sum | 1264 | 784 | 760 | 1240 | |"
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _block(marker: str) -> str:
+    text = (DOCS / "reload-admission.md").read_text()
+    return text.split(f"<!-- {marker}:table -->\n", 1)[1].split(f"<!-- /{marker} -->", 1)[0].strip()
+
+
+@pytest.mark.parametrize("marker, data, render", [
+    ("restart-turns", "restart-turns.json", markdown),
+])
+def test_doc_tables_are_rendered_from_the_committed_records(marker, data, render):
+    """docs/reload-admission.md's tables, recomputed from the raw records the script wrote."""
+    records = json.loads((DOCS / "data" / data).read_text())["runs"]
+    assert _block(marker) == render(records)
