@@ -1,5 +1,6 @@
 """The restart-turns bench's pieces without a server: cold-output comparison, backend flags,
-the table (its servers run in tests/e2e/test_reload_admission.py)."""
+the tables (its servers run in tests/e2e/test_reload_admission.py); docs/reload-admission.md's
+tables recomputed from the records the bench wrote (docs/data/)."""
 
 from __future__ import annotations
 
@@ -88,8 +89,17 @@ def _block(marker: str) -> str:
 
 @pytest.mark.parametrize("marker, data, render", [
     ("restart-turns", "restart-turns.json", markdown),
+    ("reload-stress", "reload-stress.json", stress_markdown),
 ])
 def test_doc_tables_are_rendered_from_the_committed_records(marker, data, render):
     """docs/reload-admission.md's tables, recomputed from the raw records the script wrote."""
     records = json.loads((DOCS / "data" / data).read_text())["runs"]
     assert _block(marker) == render(records)
+
+
+def test_committed_stress_records_are_five_runs_of_eight_sessions_each_served():
+    data = json.loads((DOCS / "data" / "reload-stress.json").read_text())
+    assert data["setting"]["sessions"] == 8 and len(data["runs"]) >= 5
+    for record in data["runs"]:
+        assert len(record["turns"]) == len(record["cold_latency_s"]) == 8
+        assert record["metrics"].get("sglang:saria_reload_tokens_wasted_total", 0.0) == 0.0
