@@ -11,13 +11,20 @@ the request was admitted. The restart turns run with logprobs, so a cold server 
 check the outputs (`cold_traces`).
 
 Prints one table (per session count and session: storage-hit tokens, computed tokens, saria's
-cached tokens over `file`'s, latency) and writes the records as JSON (``--out``).
+cached tokens over `file`'s, latency) and writes the records as JSON (``--out``);
+`markdown` renders docs/reload-admission.md's table from them.
+
+``--stress N --runs R``: the stress scenario instead, R times: N saria sessions (histories far
+above the device pool) restarted as above, then the same N restart prompts all at once on a
+server that has cached nothing (`cold_latencies`); per run the slowest restart turn over the
+cold server's slowest, measured in the same run, and their median (`stress_markdown`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -148,6 +155,71 @@ def restart_run(model: Path, backend: str, sessions: int, rounds_before: int, sc
     return RestartRun(backend, sessions, turns, saria_metrics(text))
 
 
+def timed_chat(client: OpenAI, messages: list) -> float:
+    started = time.perf_counter()
+    chat(client, messages)
+    return time.perf_counter() - started
+
+
+def cold_latencies(model: Path, messages: list[list], log: Path | None = None) -> list[float]:
+    """The same prompts, all at once, on a server with the same pools that has cached nothing
+    yet (its prefix cache on, as a cold server's is)."""
+    with SGLangServer(ServerConfig(model, args=POOLS, log_path=log)) as server:
+        client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
+        settle(client)
+        with ThreadPoolExecutor(len(messages)) as pool:
+            return list(pool.map(lambda m: timed_chat(client, m), messages))
+
+
+def stress_record(run: RestartRun, cold: list[float]) -> dict:
+    """One stress run's raw record: per session its restart turn, the cold server's latencies
+    (same prompts, same order), the restarted server's reload counters."""
+    return {"turns": [{"session": t.session, "prompt": t.prompt, "storage": t.storage, "computed": t.computed,
+                       "latency_s": t.latency_s} for t in run.turns],
+            "cold_latency_s": cold,
+            "metrics": {k: v for k, v in run.metrics.items() if "reload" in k and v}}
+
+
+def stress_ratio(record: dict) -> float:
+    """The slowest restart turn over the cold server's slowest turn."""
+    return max(t["latency_s"] for t in record["turns"]) / max(record["cold_latency_s"])
+
+
+def stress_markdown(records: list[dict]) -> str:
+    """Per stress run: slowest restart turn and cold turn (s), their ratio, the reloads given up
+    for a faster prefill, storage-hit and computed tokens summed; then the median ratio."""
+    lines = ["| run | slowest restart turn (s) | slowest cold turn (s) | ratio | reloads given up (read slower) "
+             "| storage-hit tokens | computed tokens |", "|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(records, 1):
+        gave_up = sum(v for k, v in r["metrics"].items() if k.startswith("sglang:saria_reload_fallbacks_total")
+                      and "read_slower" in k)
+        lines.append(f"| {i} | {max(t['latency_s'] for t in r['turns']):.2f} | {max(r['cold_latency_s']):.2f} "
+                     f"| {stress_ratio(r):.2f}x | {gave_up:.0f} | {sum(t['storage'] for t in r['turns']):,} "
+                     f"| {sum(t['computed'] for t in r['turns']):,} |")
+    lines.append(f"| median | | | {statistics.median(stress_ratio(r) for r in records):.2f}x | | | |")
+    return "\n".join(lines)
+
+
+def markdown(records: list[dict]) -> str:
+    """docs/reload-admission.md's table from ``--out``'s records: per session count and session,
+    the storage-hit and computed tokens of each backend, saria's wasted reload tokens."""
+    by = {(r["backend"], r["sessions"]): {t["session"]: t for t in r["turns"]} for r in records}
+    wasted = {r["sessions"]: r["metrics"].get("sglang:saria_reload_tokens_wasted_total", 0.0)
+              for r in records if r["backend"] == "saria"}
+    lines = ["| sessions | session | storage hit: saria | storage hit: file | computed: saria | computed: file "
+             "| saria wasted |", "|---|---|---|---|---|---|---|"]
+    for n in sorted({r["sessions"] for r in records}):
+        saria, stock = by.get(("saria", n), {}), by.get(("file", n), {})
+        for name in sorted(set(saria) | set(stock)):
+            s, f = saria.get(name), stock.get(name)
+            lines.append(f"| {n} | {name} | {s['storage'] if s else '-'} | {f['storage'] if f else '-'} "
+                         f"| {s['computed'] if s else '-'} | {f['computed'] if f else '-'} | {wasted.get(n, 0):.0f} |")
+        lines.append(f"| {n} | sum | {sum(t['storage'] for t in saria.values())} "
+                     f"| {sum(t['storage'] for t in stock.values())} | {sum(t['computed'] for t in saria.values())} "
+                     f"| {sum(t['computed'] for t in stock.values())} | |")
+    return "\n".join(lines)
+
+
 def cold_traces(model: Path, turns: list[RestartTurn], log: Path | None = None) -> list[list]:
     """The same prompts on a cold server (no prefix cache), one at a time."""
     config = ServerConfig(model, args=POOLS + ["--disable-radix-cache"], log_path=log)
@@ -200,9 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds-before", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "out" / "restart_turns.json")
     parser.add_argument("--logs", type=Path, default=None, help="folder for the servers' logs")
+    parser.add_argument("--stress", type=int, default=None, metavar="N",
+                        help="the stress scenario instead: N saria sessions against a cold server")
+    parser.add_argument("--runs", type=int, default=5, help="stress runs (default 5)")
     args = parser.parse_args(argv)
     if any(n < 1 for n in args.sessions):
         parser.error(f"--sessions: {args.sessions}: each must be >= 1")
+    if args.stress is not None and (args.stress < 1 or args.runs < 1):
+        parser.error(f"--stress {args.stress} --runs {args.runs}: both must be >= 1")
+    if args.stress is not None:
+        return stress_main(args)
     started = time.monotonic()
     runs = []
     with tempfile.TemporaryDirectory(prefix="saria-restart-") as scratch:
@@ -215,6 +294,24 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"setting": {"model": args.model.name, "rounds_before": args.rounds_before,
                                                 "pools": POOLS}, "runs": [asdict(r) for r in runs]}, indent=1))
+    print(f"records: {args.out} ({time.monotonic() - started:.0f} s)")
+    return 0
+
+
+def stress_main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    records = []
+    with tempfile.TemporaryDirectory(prefix="saria-stress-") as scratch:
+        for i in range(args.runs):
+            run_dir = Path(scratch) / f"run-{i}"
+            run = restart_run(args.model, "saria", args.stress, args.rounds_before, run_dir, log_dir=args.logs)
+            cold = cold_latencies(args.model, [t.messages for t in run.turns])
+            records.append(stress_record(run, cold))
+            print(f"run {i + 1}: {stress_ratio(records[-1]):.2f}x ({time.monotonic() - started:.0f} s)", flush=True)
+    print(stress_markdown(records))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"setting": {"model": args.model.name, "rounds_before": args.rounds_before,
+                                                "sessions": args.stress, "pools": POOLS}, "runs": records}, indent=1))
     print(f"records: {args.out} ({time.monotonic() - started:.0f} s)")
     return 0
 

@@ -68,7 +68,7 @@ from sglang_saria.hicache.audit.kv import audit_enabled as kv_audit_enabled
 from sglang_saria.hicache.audit.tiers import AuxComponent, TierAudit, audit_tiers
 from sglang_saria.hicache.direct_reload.build import DirectReload
 from sglang_saria.hicache.direct_reload.follow import Follower, resume
-from sglang_saria.hicache.direct_reload.holds import Hold, ReloadHolds, decode_reserve, reload_demands
+from sglang_saria.hicache.direct_reload.holds import Hold, PrefillWatch, ReloadHolds, decode_reserve, reload_demands
 from sglang_saria.hicache.direct_reload.report import audit_reload, report_reload
 from sglang_saria.hicache.hints import HintsIntakeMixin
 from sglang_saria.hicache.host_leaf_order import HostLeafOrder
@@ -104,6 +104,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # request id -> (node ending the promoted share, its tokens), copied after prefill
         self._promotions: dict[str, tuple[NodeId, int]] = {}
         self._holds = ReloadHolds()  # published tails, locked until their request's prefill
+        self._prefill_watch = PrefillWatch()  # what a reload held back for memory is weighed against
         self._audit = os.environ.get("SGLANG_SARIA_AUDIT_TIERS", "0") == "1"
         self._audited_state: tuple = ()
         # Installed once the storage backend is attached (after this constructor).
@@ -330,6 +331,14 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
 
     def device_capacity(self) -> int:
         return self.token_to_kv_pool_allocator.size
+
+    def prefill_tps(self) -> Optional[float]:
+        """None on several attention ranks: each measures its own prefill, and a reload given up
+        on one rank but claimed on another would pair different jobs in the workers' collectives."""
+        inquirer = self._inquirer()
+        if inquirer is None or self._agreement is not None:
+            return None
+        return self._prefill_watch.tps(inquirer)
 
     def _inquirer(self) -> Any:
         return None if self._scheduler_load is None else self._scheduler_load.inquirer
@@ -614,7 +623,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         hold = self._holds.take(req.rid)
         if hold is not None:  # admitted: what it did not match was reloaded for nothing
             self._metrics.reload_wasted(hold.end - req.kv.cache_protected_len)
-            self._unhold(hold, req.rid)
+        self._unhold(hold, req.rid)  # and a reload given up for the prefill leaves the ledger
         promotion = self._promotions.pop(req.rid, None)
         if promotion is not None:
             self._promote(*promotion)

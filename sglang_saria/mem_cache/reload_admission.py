@@ -31,13 +31,29 @@ first is the one whose reload is used first; a later one's held tail would wait 
 then by the prefill they save per device token they hold; a reload that cannot fit even in an
 empty pool is refused at once (its request recomputes) rather than holding the line.
 
+**Waiting pays only if reading is faster than computing** (`waiting_pays`). A reload the rule
+holds back waits for memory its request would need just the same to recompute (a claim takes
+``tokens`` now and ``need`` at admission; recomputing needs ``tokens + need`` at admission), so
+both are admitted once the same memory is free; from then on the reload still has to read its
+``tokens`` while the recomputing request computes them. Its request (and every request behind it
+in the queue, which waits for its memory) is served sooner by recomputing when the read takes
+longer than the prefill of those tokens; the reload then gives up. A reload that claims at once
+reads while its request waits in the queue anyway and is kept. Rates are measured (`Throughput`:
+reads from claim to publish, prefill from the scheduler's counters); while either is unknown the
+reload waits, as without this check. A reload given up stays in the ledger (`recomputing`: no
+tokens, its need grown by them) until its request's prefill: it is a request ahead of the reloads
+behind it in the queue, and a reload claiming past it unseen could lock the memory it needs (the
+invariant's one blind case, made by the rule itself).
+
 Pure functions and a small ledger, no SGLang: the SGLang driver (`hicache/radix_cache.py`,
 `reload/pending.py`) and the replay (`replay/device.py`) use the same rule.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,42 @@ def admits(room: int, held_need: int, demand: ReloadDemand) -> bool:
 def fits_alone(capacity: int, demand: ReloadDemand) -> bool:
     """Whether ``demand`` could claim at all: in an empty pool of ``capacity`` tokens."""
     return capacity - demand.tokens > demand.need
+
+
+def waiting_pays(tokens: int, read_tps: Optional[float], prefill_tps: Optional[float]) -> bool:
+    """Whether a reload of ``tokens`` the rule holds back should keep waiting (module docstring):
+    its read, which starts only once the memory is free, is faster than computing its tokens.
+    True while either rate is unknown."""
+    if read_tps is None or prefill_tps is None or tokens <= 0:
+        return True
+    return tokens / read_tps < tokens / prefill_tps
+
+
+def recomputing(demand: ReloadDemand) -> ReloadDemand:
+    """A reload given up: its request computes the tokens it would have read."""
+    return ReloadDemand(demand.rid, 0, demand.need + demand.tokens, demand.position)
+
+
+@dataclass
+class Throughput:
+    """Tokens per second of one kind of work (reloads' reads, prefill batches): each
+    observation's rate weighted by its tokens, older ones decaying by ``exp(-tokens /
+    window_tokens)`` of the newer work. Token weights keep a few tiny observations (a one-token
+    warm-up prefill, whose fixed cost swamps it) from deciding what a large one costs."""
+
+    window_tokens: float = 20_000.0
+    tokens: float = 0.0
+    weighted_tps: float = 0.0  # sum of tokens x rate, decayed with ``tokens``
+
+    def add(self, tokens: int, seconds: float) -> None:
+        if tokens <= 0 or seconds <= 0:
+            return
+        keep = math.exp(-tokens / self.window_tokens)
+        self.tokens = self.tokens * keep + tokens
+        self.weighted_tps = self.weighted_tps * keep + tokens * (tokens / seconds)
+
+    def tps(self) -> Optional[float]:
+        return self.weighted_tps / self.tokens if self.tokens > 0 else None
 
 
 def claim_order(demands: list[ReloadDemand]) -> list[ReloadDemand]:

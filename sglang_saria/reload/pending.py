@@ -29,7 +29,15 @@ from typing import Any, Optional, Protocol
 import torch
 
 from sglang_saria.mem_cache.planner import ReloadPlan
-from sglang_saria.mem_cache.reload_admission import Holders, ReloadDemand, claim_order, fits_alone
+from sglang_saria.mem_cache.reload_admission import (
+    Holders,
+    ReloadDemand,
+    Throughput,
+    claim_order,
+    fits_alone,
+    recomputing,
+    waiting_pays,
+)
 from sglang_saria.reload.device import StateLoad
 from sglang_saria.reload.worker import ReloadJob
 
@@ -56,6 +64,7 @@ class PendingReload:
     # before the holders' anyway), it waits until here (`transfer.reload_hold_s`), then recomputes.
     memory_deadline: float = 0.0
     prompt_tokens: int = 0  # the request's prompt as the probe saw it (SGLang's queue says better)
+    claimed_at: float = 0.0  # step clock at its claim: claim to publish is what its read cost the request
     job: Optional[ReloadJob] = None  # None while the in-flight cap holds it back
     path_lock: Any = None  # the anchor's device path, locked when the job is submitted
     anchor_lock: Any = None  # a device-only anchor (a follower resumed on published pages): its path, until released
@@ -126,6 +135,10 @@ class ReloadHost(Protocol):
     def device_capacity(self) -> int:
         """Device tokens of the KV pool."""
 
+    def prefill_tps(self) -> Optional[float]:
+        """The scheduler's measured prefill rate (tokens per second) over the prefill batches
+        since the last call; None while unknown, or where the ranks would not agree on it."""
+
     def claim_reload(self, pending: PendingReload, demand: ReloadDemand, held_need: int) -> Optional[torch.Tensor]:
         """Device memory for a reload (path locked, ``demand.tokens`` slots, a state slot on
         hybrid trees) if `reload_admission.admits` it with the holders' ``held_need``; None,
@@ -180,6 +193,8 @@ class PendingReloads:
         # Reloads from their claim to their request's admission (the adapter ends a published
         # one's hold at the request's prefill, abort or hold deadline): what they will need then.
         self.holders = Holders()
+        # Reads from claim to publish (step clock): what a reload held back would add to its wait.
+        self.reads = Throughput()
         # request -> (request, resume context) of those waiting for its reload's pages; and the reverse
         self.followers: dict[str, list[tuple[str, Any]]] = {}
         self.following: dict[str, str] = {}
@@ -243,8 +258,10 @@ class PendingReloads:
         (`mem_cache/reload_admission.py`: every holder's request stays admissible), in SGLang's
         queue order: the first one the rule holds back stops the claims (a later one would
         delay it). One that could not fit even in an empty pool is released at once; one the
-        pool cannot take yet waits until its deadline or memory deadline, whichever is later,
-        then its request recomputes.
+        pool cannot take yet is released when its read is measured to be slower than computing
+        its tokens (`reload_admission.waiting_pays`: its request is served sooner recomputing),
+        else it waits until its deadline or memory deadline, whichever is later, then its
+        request recomputes.
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
         if not self.deferred:
             return
@@ -260,12 +277,19 @@ class PendingReloads:
                 continue
             slots = self.host.claim_reload(pending, demand, self.holders.held_need())
             if slots is None:
+                if not waiting_pays(demand.tokens, self.reads.tps(), self.host.prefill_tps()):
+                    self._give_up(rid, "read_slower")
+                    # Its request now needs the reload's tokens too, ahead of the reloads
+                    # behind it in the queue: it stays in the ledger until its prefill.
+                    self.holders.hold(recomputing(demand))
+                    continue
                 if self.host.step_clock() <= max(pending.deadline, pending.memory_deadline):
                     return
                 self._give_up(rid, "device_memory")
                 continue
             self.deferred.remove(rid)
             self.holders.hold(demand)
+            pending.claimed_at = self.host.step_clock()
             self.inflight_states += pending.state_slot is not None
             pending.job = self.host.submit_reload(pending, slots)
             self.hold(demand.tokens)
@@ -307,6 +331,8 @@ class PendingReloads:
             self.release(pending, reason)
             return
         had_state = pending.state_slot is not None
+        if not pending.job.reason:  # a whole read (a cut one's time says little about its rate)
+            self.reads.add(pending.job.tokens, self.host.step_clock() - pending.claimed_at)
         self.hold(-pending.job.tokens)
         self.host.publish_reload(pending)
         if had_state:  # the boundary node's value now (or freed as a duplicate)

@@ -11,14 +11,21 @@ What is modelled, per scheduler step, in this order (SGLang's, `Scheduler.event_
    locked (held) until the request's prefill (``hold="prefill"``) or for one step
    (``hold="step"``, the behaviour before the rule);
 4. deferred reloads claim device slots (evicting unlocked cache LRU first): under the rule
-   (``claims="rule"``, `reload_admission.admits` in `claim_order`) or whenever the pool
-   allows (``claims="greedy"``);
+   (``claims="rule"``, `reload_admission.admits` in `claim_order`; one it holds back gives up,
+   its request recomputing, when its read is slower than computing its tokens:
+   `reload_admission.waiting_pays` with the modelled rates), the rule without that check
+   (``claims="rule-wait"``), or whenever the pool allows (``claims="greedy"``);
 5. SGLang's admission loop (`PrefillAdder.add_one_req`): in queue order, a request whose
    reload is still running is skipped, the first one that does not fit stops the loop; a
    request fits when ``uncached + max_new + page < free + evictable - reserve`` with its own
    tail locked; admitted, its uncached part is allocated and ``max_new`` reserved;
 6. running requests decode one token each (from their reserve); a finished request's KV joins
    the cache unlocked.
+
+Time: a reload's read takes ``read_steps`` steps (its rate ``stored / read_steps`` tokens per
+step); with ``prefill_tps`` (tokens per step) a prefill batch of ``T`` tokens keeps the
+scheduler busy ``ceil(T / prefill_tps)`` more steps (no step runs meanwhile; reads go on), so the
+finish steps are latencies; without it prefill is free (tokens only).
 
 Tokens only (no pages, no shared prefixes): each request's stored prefix is its own. A tail
 evicted before its request is admitted is wasted (`DeviceRun.wasted`); a run whose requests
@@ -27,6 +34,7 @@ cannot all finish within ``max_steps`` is deadlocked (`DeviceRun.deadlocked`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -36,9 +44,11 @@ from sglang_saria.mem_cache.reload_admission import (
     admission_need,
     claim_order,
     fits_alone,
+    recomputing,
+    waiting_pays,
 )
 
-CLAIMS = ("rule", "greedy")
+CLAIMS = ("rule", "rule-wait", "greedy")
 HOLDS = ("prefill", "step")
 
 
@@ -81,22 +91,25 @@ class DeviceRun:
     reloaded: int = 0
     wasted: int = 0
     refused: int = 0  # reloads that could not fit even in an empty pool
+    gave_up: int = 0  # reloads held back whose read was slower than computing (`waiting_pays`)
     steps: int = 0
     deadlocked: bool = False
 
 
 class DevicePool:
     """The model (module docstring). ``capacity``: device tokens; ``page``: SGLang's per-request
-    overhead; ``hold_steps``: a published tail's deadline (None: until its prefill)."""
+    overhead; ``hold_steps``: a published tail's deadline (None: until its prefill);
+    ``read_steps``, ``prefill_tps``: the module docstring's time."""
 
     def __init__(self, capacity: int, *, claims: str = "rule", hold: str = "prefill", page: int = 16,
-                 read_steps: int = 1, hold_steps: Optional[int] = None) -> None:
+                 read_steps: int = 1, hold_steps: Optional[int] = None, prefill_tps: Optional[float] = None) -> None:
         if claims not in CLAIMS:
             raise ValueError(f"claims={claims!r}: expected one of {CLAIMS}")
         if hold not in HOLDS:
             raise ValueError(f"hold={hold!r}: expected one of {HOLDS}")
         self.capacity, self.claims, self.hold, self.page = capacity, claims, hold, page
-        self.read_steps, self.hold_steps = read_steps, hold_steps
+        self.read_steps, self.hold_steps, self.prefill_tps = read_steps, hold_steps, prefill_tps
+        self.busy_until = 0  # the step the scheduler's prefill forward ends at
         self.free = capacity
         self.cache: list[_Entry] = []  # LRU first
         self.holders = Holders()
@@ -137,6 +150,8 @@ class DevicePool:
         tails: dict[str, tuple[_Entry, Optional[int]]] = {}  # rid -> its held tail, the hold's deadline
         for step in range(max_steps):
             run.steps = step
+            if step < self.busy_until:
+                continue  # the prefill forward runs; reads go on in the worker
             while arrivals and arrivals[0].arrival <= step:
                 req = arrivals.pop(0)
                 waiting.append(req.rid)
@@ -176,9 +191,15 @@ class DevicePool:
                 deferred.remove(demand.rid)  # recomputed: its stored part is uncached now
                 run.refused += 1
                 continue
-            if self.claims == "rule":
+            if self.claims != "greedy":
                 if not self.holders.admits(self.room(), demand):
-                    return
+                    if self.claims == "rule-wait" or waiting_pays(
+                            demand.tokens, demand.tokens / self.read_steps, self.prefill_tps):
+                        return
+                    deferred.remove(demand.rid)  # recomputed, its need held until its admission
+                    self.holders.hold(recomputing(demand))
+                    run.gave_up += 1
+                    continue
             elif self.free + self._evictable() < demand.tokens:
                 return
             if not self._alloc(demand.tokens, run):
@@ -216,6 +237,8 @@ class DevicePool:
             self.running.append(_Running(rid, tokens, req.max_new))
             run.admitted[rid] = step
             run.reused[rid] = cached
+            if self.prefill_tps:
+                self.busy_until = max(self.busy_until, step + 1) + math.ceil(compute / self.prefill_tps)
 
     def _decode(self, step: int, run: DeviceRun) -> None:
         for r in list(self.running):
@@ -230,7 +253,8 @@ class DevicePool:
                 run.finished[r.rid] = step
 
 
-MODES = (("greedy", "step"), ("greedy", "prefill"), ("rule", "prefill"))  # before, naive hold, the rule
+# before the rule, the naive hold, the rule waiting for memory, the rule weighing reads
+MODES = (("greedy", "step"), ("greedy", "prefill"), ("rule-wait", "prefill"), ("rule", "prefill"))
 
 
 def sessions_at_once(count: int, stored: int, uncached: int, max_new: int) -> list[DeviceRequest]:
@@ -239,17 +263,18 @@ def sessions_at_once(count: int, stored: int, uncached: int, max_new: int) -> li
 
 
 def compare(capacity: int, counts: list[int], stored: int, uncached: int, max_new: int,
-            max_steps: int = 100_000) -> list[dict]:
+            max_steps: int = 100_000, read_steps: int = 1, prefill_tps: Optional[float] = None) -> list[dict]:
     """One row per session count and mode (claims, hold): reloaded tokens reused and wasted,
-    deadlock, steps until every request finished."""
+    reloads given up, deadlock, the step the last request finished at."""
     rows = []
     for count in counts:
         requests = sessions_at_once(count, stored, uncached, max_new)
         for claims, hold in MODES:
-            run = DevicePool(capacity, claims=claims, hold=hold).run(requests, max_steps)
+            pool = DevicePool(capacity, claims=claims, hold=hold, read_steps=read_steps, prefill_tps=prefill_tps)
+            run = pool.run(requests, max_steps)
             rows.append({"sessions": count, "claims": claims, "hold": hold, "stored": count * stored,
-                         "reused": sum(run.reused.values()), "wasted": run.wasted,
-                         "deadlocked": run.deadlocked, "steps": run.steps})
+                         "reused": sum(run.reused.values()), "wasted": run.wasted, "gave_up": run.gave_up,
+                         "deadlocked": run.deadlocked, "last_finish": max(run.finished.values(), default=None)})
     return rows
 
 
@@ -262,14 +287,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stored", type=int, default=480, help="stored history tokens per session")
     parser.add_argument("--uncached", type=int, default=228, help="new prompt tokens per session")
     parser.add_argument("--max-new", type=int, default=8)
+    parser.add_argument("--read-steps", type=int, default=1, help="steps a reload's read takes")
+    parser.add_argument("--prefill-tps", type=float, default=None,
+                        help="prefill tokens per step (default: prefill takes no time)")
     args = parser.parse_args(argv)
-    for name in ("capacity", "stored", "uncached", "max_new"):
-        if getattr(args, name) < (1 if name != "stored" else 0):
-            parser.error(f"--{name.replace('_', '-')}: {getattr(args, name)}: must be positive")
-    print(f"{'sessions':>8} {'claims':<7} {'hold':<8} {'stored':>7} {'reused':>7} {'wasted':>7} {'deadlock':>8} {'steps':>6}")
-    for r in compare(args.capacity, args.sessions, args.stored, args.uncached, args.max_new):
-        print(f"{r['sessions']:>8} {r['claims']:<7} {r['hold']:<8} {r['stored']:>7} {r['reused']:>7} {r['wasted']:>7} "
-              f"{str(r['deadlocked']):>8} {r['steps']:>6}")
+    for name in ("capacity", "stored", "uncached", "max_new", "read_steps", "prefill_tps"):
+        value = getattr(args, name)
+        if value is not None and value < (1 if name != "stored" else 0):
+            parser.error(f"--{name.replace('_', '-')}: {value}: must be positive")
+    print(f"{'sessions':>8} {'claims':<9} {'hold':<8} {'stored':>7} {'reused':>7} {'wasted':>7} {'gave up':>7} "
+          f"{'deadlock':>8} {'last done':>9}")
+    for r in compare(args.capacity, args.sessions, args.stored, args.uncached, args.max_new,
+                     read_steps=args.read_steps, prefill_tps=args.prefill_tps):
+        print(f"{r['sessions']:>8} {r['claims']:<9} {r['hold']:<8} {r['stored']:>7} {r['reused']:>7} {r['wasted']:>7} "
+              f"{r['gave_up']:>7} {str(r['deadlocked']):>8} {str(r['last_finish']):>9}")
     return 0
 
 

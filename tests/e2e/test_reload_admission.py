@@ -10,44 +10,46 @@ the same store; every session's first turn after the restart (`bench/restart_tur
   before its request is admitted (`sglang:saria_reload_tokens_wasted_total` 0), the outputs
   equal a cold server's (tolerance oracle) and the KV audit is clean;
 - stress, 8 sessions (their histories are 5x the device pool): no deadlock (every turn is
-  served), no reload wasted or given up, and no turn waits out a deadline: the slowest takes at
-  most ``BOUNDED`` times the slowest turn of a cold server given the same 8 prompts at once.
-  (The issue's fair-share target, 2x, is not met on the tiny CPU model: a recomputed 700-token
-  prompt costs about as little as a reload's read there, and the pool serialises both; the
-  ratio is printed and reported, not asserted.)
+  served), no reloaded token wasted, no reload given up except for a measured faster prefill
+  (`reload_admission.waiting_pays`), and no turn waits much longer than on a cold server: the
+  slowest takes at most ``BOUNDED`` times the slowest turn of a cold server given the same 8
+  prompts at once (the ratio is measured over 5 runs by ``saria-restart-turns --stress 8``,
+  docs/data/reload-stress.json; the issue's fair-share 2x is reported there against the median).
 """
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from openai import OpenAI
 
 from sglang_saria.bench.restart_turns import (
     BACKENDS,
     DEFAULT_MODEL,
-    POOLS,
     RestartRun,
-    chat,
+    cold_latencies,
     cold_traces,
     matches_cold,
     restart_run,
-    settle,
+    stress_markdown,
+    stress_ratio,
+    stress_record,
     table,
 )
-from sglang_saria.launcher import AUDIT_ENV, SGLangServer, ServerConfig, assert_kv_audit_clean
+from sglang_saria.launcher import AUDIT_ENV, assert_kv_audit_clean
 
 pytestmark = pytest.mark.e2e
 
 WASTED = "sglang:saria_reload_tokens_wasted_total"
+FALLBACKS = "sglang:saria_reload_fallbacks_total"
 # The restart turn's slowest latency over a cold server's, 8 sessions at once, at most: a bound
-# on waiting, not a performance target. A reload that waited out its memory or hold deadline
-# (`transfer.reload_hold_s`, 30 s) would exceed it by far; serialised reloads (each session's
-# read after the previous session has finished, as its prefill would be on a cold server) do not.
-BOUNDED = 10.0
+# on waiting, not the performance target (2x, reported against the median of the stress
+# script's runs, docs/reload-admission.md). Measured so far: 2.44x, 1.38x, 2.01x before reloads
+# held back were weighed against the prefill, 0.06x-0.52x after (5 runs, a loaded machine whose
+# load moves the cold server's one-at-a-time turns most); 3x is above all of them, while a
+# reload that waited out its memory or hold deadline (`transfer.reload_hold_s`, 30 s) would
+# exceed it by far.
+BOUNDED = 3.0
 
 
 def _run(scratch: Path, backend: str, sessions: int) -> RestartRun:
@@ -84,30 +86,15 @@ def test_reloads_pass_the_kv_audit(runs):
         assert_kv_audit_clean(runs["saria", n].metrics, ("ssd_to_device",))
 
 
-def _cold_latencies(messages: list[list], log: Path) -> list[float]:
-    """The same prompts, all at once, on a server that has cached nothing yet."""
-    with SGLangServer(ServerConfig(DEFAULT_MODEL, args=POOLS, log_path=log)) as server:
-        client = OpenAI(base_url=f"{server.url}/v1", api_key="none")
-        settle(client)
-
-        def timed(m: list) -> float:
-            started = time.perf_counter()
-            chat(client, m)
-            return time.perf_counter() - started
-
-        with ThreadPoolExecutor(len(messages)) as pool:
-            return list(pool.map(timed, messages))
-
-
 def test_eight_sessions_no_deadlock_no_waste_fair_wait(tmp_path):
-    run = _run(tmp_path, "saria", 8)
+    # No KV audit here: its checks would be timed with the turns.
+    run = restart_run(DEFAULT_MODEL, "saria", 8, 3, tmp_path)
     assert len(run.turns) == 8  # every turn served: no deadlock
     assert run.metrics.get(WASTED, 0.0) == 0.0
-    fallbacks = {k: v for k, v in run.metrics.items() if k.startswith("sglang:saria_reload_fallbacks_total") and v}
-    assert not fallbacks  # no reload given up (device memory or otherwise): each waited its turn
-    cold = _cold_latencies([t.messages for t in run.turns], tmp_path / "cold.log")
-    slowest = max(t.latency_s for t in run.turns)
-    print(f"\n8 sessions: slowest restart turn {slowest:.2f} s, cold {max(cold):.2f} s; "
-          f"storage hits {[t.storage for t in run.turns]}, computed {[t.computed for t in run.turns]}")
-    print(f"restart over cold, slowest turn: {slowest / max(cold):.2f}x")
-    assert slowest <= BOUNDED * max(cold), (slowest, max(cold))
+    fallbacks = {k: v for k, v in run.metrics.items() if k.startswith(FALLBACKS) and v}
+    # a reload is given up only for a faster prefill; none waited out a deadline
+    assert all("read_slower" in k for k in fallbacks), fallbacks
+    cold = cold_latencies(DEFAULT_MODEL, [t.messages for t in run.turns], tmp_path / "cold.log")
+    record = stress_record(run, cold)
+    print("\n" + stress_markdown([record]))
+    assert stress_ratio(record) <= BOUNDED, record

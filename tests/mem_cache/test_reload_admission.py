@@ -7,7 +7,7 @@ whenever the pool allows deadlocks (tails held to the prefill) or wastes reloads
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sglang_saria.mem_cache.reload_admission import (
@@ -15,8 +15,10 @@ from sglang_saria.mem_cache.reload_admission import (
     ReloadDemand,
     admission_need,
     admits,
+    Throughput,
     claim_order,
     fits_alone,
+    waiting_pays,
 )
 from sglang_saria.replay.device import DevicePool, DeviceRequest
 
@@ -115,6 +117,55 @@ def test_rule_with_plain_requests_finishes(workload: tuple[int, list[DeviceReque
     run = DevicePool(capacity, read_steps=read_steps, hold_steps=50).run(requests, max_steps=20_000)
     assert not run.deadlocked
     assert set(run.finished) == {r.rid for r in requests}
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads(plain=False), st.integers(1, 20), st.floats(1.0, 400.0))
+# Deadlocked while a reload given up left the ledger: r5 recomputing ahead of r4, whose claim
+# locked the memory r5 needed.
+@example((767, [DeviceRequest("r0", 0, 1, 1, 1), DeviceRequest("r1", 0, 647, 1, 1), DeviceRequest("r2", 0, 1, 1, 1),
+                DeviceRequest("r3", 0, 1, 1, 1), DeviceRequest("r4", 1, 409, 1, 1), DeviceRequest("r5", 0, 200, 163, 6),
+                DeviceRequest("r6", 0, 1, 1, 1), DeviceRequest("r7", 0, 1, 1, 1)]), 2, 178.0)
+def test_rule_weighing_reads_never_deadlocks_nor_wastes(workload: tuple[int, list[DeviceRequest]],
+                                                        read_steps: int, prefill_tps: float) -> None:
+    """With prefill taking time and reloads held back giving up when their read is slower:
+    all finish, nothing reloaded is evicted unused, each request reuses all it reloaded or
+    (given up) nothing."""
+    capacity, requests = workload
+    run = DevicePool(capacity, read_steps=read_steps, prefill_tps=prefill_tps).run(requests, max_steps=50_000)
+    assert not run.deadlocked
+    assert run.wasted == 0 and run.refused == 0
+    assert all(run.reused[r.rid] in (0, r.stored) for r in requests)
+    assert sum(1 for r in requests if run.reused[r.rid] == 0) == run.gave_up
+
+
+def test_waiting_pays_compares_read_with_compute() -> None:
+    assert waiting_pays(480, read_tps=2000.0, prefill_tps=1000.0)
+    assert not waiting_pays(480, read_tps=1000.0, prefill_tps=2000.0)
+    assert waiting_pays(480, None, 2000.0) and waiting_pays(480, 1000.0, None)  # unknown: wait
+
+
+def test_throughput_weighs_observations_by_tokens() -> None:
+    rate = Throughput()
+    assert rate.tps() is None
+    rate.add(1, 0.5)  # a warm-up prefill: its fixed cost is all there is of it
+    rate.add(1000, 0.5)
+    assert 1900 < rate.tps() < 2000
+    rate.add(0, 1.0)  # nothing prefilled: no observation
+    assert 1900 < rate.tps() < 2000
+
+
+def test_slow_reads_give_up_and_the_last_session_finishes_sooner() -> None:
+    """8 demo sessions; reads 20 steps for 480 tokens (24/step), prefill 30 tokens/step: the
+    reloads held back recompute, and the last session finishes before it would waiting; with
+    reads 5 steps (96/step) nothing gives up."""
+    sessions = _sessions(8, 480, uncached=228)
+    slow = {c: DevicePool(1280, claims=c, read_steps=20, prefill_tps=30).run(sessions) for c in ("rule", "rule-wait")}
+    assert slow["rule"].gave_up == 7 and slow["rule-wait"].gave_up == 0
+    assert max(slow["rule"].finished.values()) < max(slow["rule-wait"].finished.values())
+    assert slow["rule"].wasted == slow["rule-wait"].wasted == 0
+    fast = DevicePool(1280, read_steps=5, prefill_tps=30).run(sessions)
+    assert fast.gave_up == 0 and sum(fast.reused.values()) == 8 * 480
 
 
 def test_bad_mode_is_named() -> None:

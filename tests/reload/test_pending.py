@@ -34,6 +34,7 @@ class FakeHost:
     needs: dict = field(default_factory=dict)  # request id -> its admission need (default 1)
     queue: list = field(default_factory=list)  # SGLang's waiting queue, where it differs from arrival
     clock: float = 0.0
+    prefill: Optional[float] = None  # measured prefill tokens per second (None: not yet)
     loading_anchors: set = field(default_factory=set)
     peer_done: bool = True  # the other ranks have finished too
     next_slot: int = 0
@@ -96,6 +97,9 @@ class FakeHost:
 
     def step_clock(self) -> float:
         return self.clock
+
+    def prefill_tps(self) -> Optional[float]:
+        return self.prefill
 
     def resume_follower(self, rid: str, context: object) -> None:
         self.resumed.append((rid, context))
@@ -431,3 +435,36 @@ def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
     host.clock = 31.0
     reloads.start_deferred(cap=1000)
     assert "a" not in reloads and metrics.fallbacks == ["device_memory"]
+
+
+@pytest.mark.parametrize("prefill_tps, given_up", [(4.0, False), (16.0, True), (None, False)])
+def test_a_reload_held_back_gives_up_when_reading_is_slower_than_computing(machine, prefill_tps, given_up):
+    """Claim to publish is measured (8 tokens in 1 s: 8 tokens/s). A reload held back for memory
+    would read only once the memory its recomputing request needs is free: it gives up when the
+    prefill is measured faster than its read, waits when slower or not measured yet."""
+    reloads, host, metrics = machine
+    host.free, host.prefill = 9, prefill_tps
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=1000)
+    host.clock = 1.0
+    finish(host.submitted[-1])
+    reloads.advance("wait_complete")
+    assert reloads.reads.tps() == pytest.approx(8.0)
+    held = pending("b", 2)  # one slot left: the pool cannot take it now
+    reloads.track(held)
+    reloads.start_deferred(cap=1000)
+    assert ("b" not in reloads) is given_up
+    assert metrics.fallbacks == (["read_slower"] if given_up else [])
+    assert len(host.submitted) == 1
+    # given up, its request computes the 8 tokens too: it keeps that need until its prefill
+    assert reloads.holders.needs.get("b") == (1 + 8 if given_up else None)
+
+
+def test_a_reload_that_can_claim_is_kept_however_slow_its_read(machine):
+    """Its read runs while its request waits in the queue anyway."""
+    reloads, host, metrics = machine
+    host.prefill = 1000.0
+    reloads.reads.add(8, 1.0)
+    reloads.track(pending("a", 2))
+    reloads.start_deferred(cap=1000)
+    assert len(host.submitted) == 1 and not metrics.fallbacks

@@ -8,6 +8,10 @@ is evictable like any cached prefix). Released earlier, the next reload's claim 
 request's admission evicts it before its request is admitted (the reload wasted); held without
 the admission rule, reloads can lock the pool against their own requests (a deadlock).
 
+`PrefillWatch`: the prefill rate a held-back reload's read is compared with
+(`reload_admission.waiting_pays`), from the scheduler's cumulative prefill counters (the ones
+its load reports keep: uncached tokens and busy microseconds of prefill batches).
+
 `waiting_requests` / `decode_reserve` read SGLang's scheduler through its load inquirer
 (handed to the radix cache at scheduler start, `LoadSignalMixin.read_scheduler_load`): the
 waiting queue's order and each request's prompt and ``max_new_tokens`` (SGLang's admission
@@ -17,12 +21,12 @@ running batch), run once per scheduler step and only while reloads wait for devi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
-from sglang_saria.mem_cache.reload_admission import ReloadDemand, admission_need
+from sglang_saria.mem_cache.reload_admission import ReloadDemand, Throughput, admission_need
 from sglang_saria.reload.pending import PendingReload
 
 
@@ -58,6 +62,23 @@ class ReloadHolds:
 
     def clear(self) -> None:
         self.by_rid.clear()
+
+
+@dataclass
+class PrefillWatch:
+    """The prefill rate, one observation per look: the tokens and busy time of the prefill
+    batches since the previous look (SGLang's ``total_prefill_uncached_tokens`` and
+    ``total_prefill_busy_us``), token-weighted (`Throughput`)."""
+
+    rate: Throughput = field(default_factory=Throughput)
+    last: Optional[tuple[int, int]] = None
+
+    def tps(self, inquirer: Any) -> Optional[float]:
+        now = (inquirer.get_total_prefill_uncached_tokens(), inquirer.get_total_prefill_busy_us())
+        if self.last is not None:
+            self.rate.add(now[0] - self.last[0], (now[1] - self.last[1]) / 1e6)
+        self.last = now
+        return self.rate.tps()
 
 
 @dataclass(frozen=True)
