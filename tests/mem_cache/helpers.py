@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sglang_saria.config import SariaConfig
+from sglang_saria.mem_cache.metadata import DRAM, SSD
 from sglang_saria.replay.core import SariaCore
 from sglang_saria.model_specs import ModelSpec
 
@@ -42,3 +43,44 @@ def run_request(core: SariaCore, keys: list[int], now: float):
     plan, a1 = core.begin_request(keys, now)
     a2 = core.finish_request(keys, plan, now)
     return plan, a1, a2
+
+
+class FlatView:
+    """A tier view for the write sequencer: every key a root child in DRAM, one token, one byte."""
+
+    hybrid = False
+    ssd_capacity_tokens = 1_000
+
+    def parent(self, key):
+        return None
+
+    def location(self, key):
+        return DRAM
+
+    def has_checkpoint(self, key):
+        return False
+
+    def size(self, key):
+        return 1, 1
+
+    def computed_bytes(self):
+        return 1_000
+
+
+class ChainView(FlatView):
+    """Blocks 1 <- 2 <- 3 (a chain from the root), in DRAM unless put in ``on_ssd``."""
+
+    def __init__(self) -> None:
+        self.on_ssd: set[int] = set()
+
+    def parent(self, key):
+        return key - 1 if key > 1 else None
+
+    def location(self, key):
+        return DRAM | (SSD if key in self.on_ssd else 0)
+
+    def ssd_victim(self, tokens):
+        return None
+
+    def block_key(self, key):
+        return key

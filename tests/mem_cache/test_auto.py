@@ -13,6 +13,7 @@ from sglang_saria.mem_cache.learned import (AGE_CLASSES, GHOST_BYTES_PER_BLOCK, 
                                             LearnedParams, block_class)
 from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
 from sglang_saria.mem_cache.sequencer import WriteSequencer
+from tests.mem_cache.helpers import ChainView
 
 EVICT, INSERT, PREWRITE = AdmissionEvent.EVICT, AdmissionEvent.INSERT, AdmissionEvent.PREWRITE
 
@@ -130,37 +131,6 @@ def test_state_round_trip_and_bad_state_named():
     assert q.seen == p.seen  # a refused state changes nothing
 
 
-class _ChainView:
-    """Blocks 1 <- 2 <- 3 (a chain from the root), in DRAM unless put on SSD; one token, one byte each."""
-
-    hybrid = False
-    ssd_capacity_tokens = 1_000
-
-    def __init__(self) -> None:
-        self.on_ssd: set[int] = set()
-
-    def parent(self, key):
-        return key - 1 if key > 1 else None
-
-    def location(self, key):
-        return DRAM | (SSD if key in self.on_ssd else 0)
-
-    def has_checkpoint(self, key):
-        return False
-
-    def size(self, key):
-        return 1, 1
-
-    def computed_bytes(self):
-        return 1_000
-
-    def ssd_victim(self, tokens):
-        return None
-
-    def block_key(self, key):
-        return key
-
-
 def _hot_auto(lazy: bool) -> LearnedAdmission:
     p = LearnedAdmission(LearnedParams(lazy_closure=lazy))
     teach(p, R=1, E=1, idle_s=100, n=10, reused=10, first_key=1000)  # blocks like these come back
@@ -168,7 +138,7 @@ def _hot_auto(lazy: bool) -> LearnedAdmission:
 
 
 def test_lazy_closure_writes_an_ancestor_at_its_own_eviction_because_the_descendant_needs_it():
-    view = _ChainView()
+    view = ChainView()
     eager = WriteSequencer(_hot_auto(lazy=False), "robust")
     assert eager.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3, 2, 1]  # closes over the DRAM ancestors
     p = _hot_auto(lazy=True)
@@ -184,7 +154,7 @@ def test_lazy_closure_writes_an_ancestor_at_its_own_eviction_because_the_descend
 
 
 def test_lazy_closure_forces_nothing_once_the_descendants_copy_is_gone():
-    view = _ChainView()
+    view = ChainView()
     p = _hot_auto(lazy=True)
     lazy = WriteSequencer(p, "robust")
     assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]  # ordered, never stored (or evicted since)

@@ -6,29 +6,8 @@ from sglang_saria.mem_cache.auto import LoadAwareAdmission, LoadParams
 from sglang_saria.mem_cache.hints import AgentHints, HintLimits
 from sglang_saria.mem_cache.metadata import DRAM, ContextNode
 from sglang_saria.mem_cache.sequencer import WriteSequencer
+from tests.mem_cache.helpers import FlatView
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
-
-
-class _View:
-    """A flat tier view: every key a root child in DRAM, one token, one byte."""
-
-    hybrid = False
-    ssd_capacity_tokens = 1_000
-
-    def parent(self, key):
-        return None
-
-    def location(self, key):
-        return DRAM
-
-    def has_checkpoint(self, key):
-        return False
-
-    def size(self, key):
-        return 1, 1
-
-    def computed_bytes(self):
-        return 1_000
 
 
 def _sequencer() -> tuple[WriteSequencer, AgentHints]:
@@ -41,23 +20,23 @@ def test_an_ended_sessions_blocks_are_never_written():
     seq, hints = _sequencer()
     node = ContextNode(0.0, False)
     node.E = 5
-    assert seq.evict(_View(), 1, node) == [1]
+    assert seq.evict(FlatView(), 1, node) == [1]
     hints.session_end([1])
-    assert seq.evict(_View(), 1, node) is None and hints.counts["skipped_writes"] == 1
+    assert seq.evict(FlatView(), 1, node) is None and hints.counts["skipped_writes"] == 1
     hints.used([1])  # a request uses the block again: it is live
-    assert seq.evict(_View(), 1, node) == [1]
+    assert seq.evict(FlatView(), 1, node) == [1]
 
 
 def test_a_block_whose_session_returns_is_written_at_its_first_eviction():
     seq, hints = _sequencer()
     node = ContextNode(0.0, False)
-    assert seq.evict(_View(), 7, node) is None  # idle auto writes at E2
+    assert seq.evict(FlatView(), 7, node) is None  # idle auto writes at E2
     hints.on_clock(100.0)
     hints.expect_return([7], after_s=30.0)
-    assert seq.evict(_View(), 7, node) == [7] and hints.counts["hinted_writes"] == 1
+    assert seq.evict(FlatView(), 7, node) == [7] and hints.counts["hinted_writes"] == 1
     assert seq.admission.thresholds(AdmissionEvent.EVICT)[1] <= 1  # the core asks for E1 blocks while hints wait
     hints.on_clock(131.0)  # past its return: no longer a reason
-    assert seq.evict(_View(), 7, node) is None
+    assert seq.evict(FlatView(), 7, node) is None
 
 
 def test_hints_are_bounded_and_a_return_is_capped():
