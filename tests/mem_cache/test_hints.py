@@ -4,7 +4,7 @@ whose session returns after DRAM gave it up is written at that eviction; hints a
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.auto import LoadAwareAdmission, LoadParams
 from sglang_saria.mem_cache.hints import AgentHints, HintLimits
-from sglang_saria.mem_cache.metadata import DRAM, ContextNode
+from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.sequencer import WriteSequencer
 from tests.mem_cache.helpers import FlatView
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
