@@ -41,8 +41,8 @@ def test_a_reduced_fleet_table_run_has_the_committed_shape_and_signs(tmp_path, s
     got, committed = json.loads(out.read_text()), json.loads((DATA / "fleet.json").read_text())
     assert set(committed) <= set(got)
     assert set(got["records"][0]) == set(committed["records"][0])
-    for key in ("metrics", "fleet"):
-        assert set(got["records"][0][key]) == set(committed["records"][0][key]), key
+    for key in ("metrics", "fleet"):  # every committed field is still produced (a newer run may add fields)
+        assert set(got["records"][0][key]) >= set(committed["records"][0][key]), key
     # every (policy, router) of the committed run, and the session router added since
     assert {(r["policy"], r["router"]) for r in got["records"] if r["nodes"] == 2} >= \
         {(r["policy"], r["router"]) for r in committed["records"] if r["nodes"] == 2 and r["model"] == "qwen3-8b"}
