@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from sglang_saria.bench import doc_blocks
-from sglang_saria.config import AdmissionConfig, MetadataConfig, SariaConfig
+from sglang_saria.config import CHECKPOINT_PLACEMENTS, AdmissionConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplaySettings, replay
 from sglang_saria.replay.loaders import load_trace, shared_dir
@@ -51,6 +51,7 @@ class Setting:
     model: str
     tps: float
     sessions: int
+    placement: str = "sglang"  # a hybrid model's GDN states (MetadataConfig.checkpoint_placement)
 
 
 def run_setting(s: Setting, dwpd: float, progress: bool) -> list[dict]:
@@ -62,12 +63,14 @@ def run_setting(s: Setting, dwpd: float, progress: bool) -> list[dict]:
     rows = []
     for policy, hints in tqdm(policies, desc=f"{s.workload} {s.model} {s.tps:.0f}", disable=not progress, leave=False):
         settings = ReplaySettings(prefill_tokens_per_s=s.tps, hints=hints, dwpd=dwpd)
-        cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=MetadataConfig(block_tokens=bt)).validate()
+        metadata = MetadataConfig(block_tokens=bt, checkpoint_placement=s.placement)
+        cfg = SariaConfig(admission=AdmissionConfig(policy=policy), metadata=metadata).validate()
         res = replay(sessions, session_starts(sessions, settings.window_s, settings.seed), cfg, spec, settings)
         m = res.metrics
         capacity = cfg.capacity.ssd_tokens * spec.kv_bytes_per_token
         window_peak = _peak_window(res.log, SECONDS_PER_DAY) / capacity
-        rows.append({"workload": s.workload, "model": s.model, "prefill_tps": s.tps, "policy": policy, "hints": hints,
+        rows.append({"workload": s.workload, "model": s.model, "prefill_tps": s.tps,
+                     "placement": s.placement if spec.is_hybrid else None, "policy": policy, "hints": hints,
                      "requests": m["requests"], "request_set": m["request_set"], "writes_norm": m["ssd_writes_norm"],
                      "budget_norm": m["write_budget_norm"], "peak_day_norm": window_peak, "char": m["char"],
                      "ttft_mean_s": m["ttft_mean_s"], "ttft_p90_s": m["ttft_p90_s"],
@@ -109,10 +112,31 @@ def checks(rows: list[dict], dwpd: float) -> list[dict]:
     return out
 
 
+def _states(row: dict) -> str:
+    """A row's GDN state placement; rows from before the field were replayed on the paper's grid."""
+    if not get_model_spec(row["model"]).is_hybrid:
+        return "-"
+    return row.get("placement", "grid")
+
+
+def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
+    """``old``'s rows with every setting ``new`` replays replaced by ``new``'s rows, in ``old``'s order
+    (settings only ``new`` has come last)."""
+    def key(r: dict) -> tuple:
+        return r["workload"], r["model"], r["prefill_tps"]
+
+    replaced = {key(r) for r in new}
+    order = list(dict.fromkeys(map(key, old + new)))
+    by_key: dict[tuple, list[dict]] = {k: [] for k in order}
+    for r in [r for r in old if key(r) not in replaced] + new:
+        by_key[key(r)].append(r)
+    return [r for k in order for r in by_key[k]]
+
+
 def format_rows(rows: list[dict]) -> str:
-    return md_table(["workload", "model", "tok/s", "policy", "hints", "W/C", "peak day / C", "W / oracle", "CHAR",
+    return md_table(["workload", "model", "GDN states", "tok/s", "policy", "hints", "W/C", "peak day / C", "W / oracle", "CHAR",
                      "CHAR - FD", "TTFT s", "P90 s"],
-                    [[r["workload"], r["model"], f"{r['prefill_tps']:,.0f}", r["policy"], r["hints"],
+                    [[r["workload"], r["model"], _states(r), f"{r['prefill_tps']:,.0f}", r["policy"], r["hints"],
                       f"{r['writes_norm']:.2f}", f"{r['peak_day_norm']:.2f}", f"{r['vs_oracle']:.2f}x", f"{r['char']:.3f}",
                       f"{r['char_vs_fd']:+.3f}", f"{r['ttft_mean_s']:.2f}", f"{r['ttft_p90_s']:.2f}"] for r in rows])
 
@@ -165,7 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dwpd", type=float, default=8.0,
                    help="the drive rating of the budget:/loadaware: rows (8: the first rating within which a fixed threshold, "
                         "E2, fits on the 350 WEKA sessions at 6,500 tokens/s, so the budget check compares something)")
+    p.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang",
+                   help="a hybrid model's GDN states: where SGLang 0.5.23 keeps them (default), or the paper's grid")
     p.add_argument("--json", dest="json_path")
+    p.add_argument("--keep-others", action="store_true",
+                   help="--json exists: replay only these settings, keep its other rows, recompute the checks")
     p.add_argument("--plot")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--update-doc", metavar="MD", help="rewrite MD's <!-- admission-budget:NAME --> blocks from --json")
@@ -182,11 +210,22 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:
         p.error(f"--workloads: unknown {sorted(unknown)}; known: {', '.join(WORKLOADS)}")
-    settings = [Setting(w, m, float(t), args.sessions) for w in args.workloads.split(",")
+    settings = [Setting(w, m, float(t), args.sessions, args.placement) for w in args.workloads.split(",")
                 for m in args.models.split(",") for t in args.loads.split(",")]
+    kept: list[dict] = []
+    if args.keep_others:
+        if not args.json_path or not Path(args.json_path).exists():
+            p.error("--keep-others needs an existing --json")
+        with open(args.json_path) as fh:
+            before = json.load(fh)
+        if (before["sessions"], before["dwpd"]) != (args.sessions, args.dwpd):
+            p.error(f"--keep-others: {args.json_path} holds --sessions {before['sessions']} --dwpd {before['dwpd']:g}; "
+                    f"this run's {args.sessions} and {args.dwpd:g} would not compare")
+        kept = before["rows"]
     rows = []
     for s in tqdm(settings, desc="settings", disable=args.no_progress):
         rows += run_setting(s, args.dwpd, not args.no_progress)
+    rows = merge_rows(kept, rows)
     found = checks(rows, args.dwpd)
     print(format_rows(rows))
     print()

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from sglang_saria.config import AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
+from sglang_saria.config import CHECKPOINT_PLACEMENTS, AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.driver import ReplayRun, ReplaySettings, replay, replay_oracle
 from sglang_saria.replay.frontier import DEFAULT_SHARES, Frontier, build_frontier
@@ -44,6 +44,7 @@ from sglang_saria.replay.workload import apply_limits, session_starts
 
 DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end -->"
 WRITES_BOUND = 1.3
+_PLACEMENT_HELP = "a hybrid model's GDN states: where SGLang 0.5.23 keeps them (default), or the paper's grid"
 CHAR_SLACK = 0.02
 POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "loadaware")
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
@@ -84,6 +85,7 @@ class Setting:
     model: str
     prefill_tps: float
     ssd_tokens: int  # 0: the default capacity
+    placement: str = "sglang"  # a hybrid model's GDN states (MetadataConfig.checkpoint_placement)
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -107,7 +109,8 @@ def _replay_inputs(s: Setting) -> tuple:
     settings = ReplaySettings(prefill_tokens_per_s=s.prefill_tps)
     starts = session_starts(sessions, settings.window_s, settings.seed)
     capacity = CapacityConfig(ssd_tokens=s.ssd_tokens) if s.ssd_tokens else CapacityConfig()
-    base = SariaConfig(metadata=MetadataConfig(block_tokens=bt), capacity=capacity).validate()
+    metadata = MetadataConfig(block_tokens=bt, checkpoint_placement=s.placement)
+    base = SariaConfig(metadata=metadata, capacity=capacity).validate()
     return spec, sessions, settings, starts, base
 
 
@@ -135,7 +138,13 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
         frontier = build_frontier(sessions, starts, base, spec, settings, shares, max_passes).to_json()
     return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
             "ssd_tokens": base.capacity.ssd_tokens, "dram_tokens": base.capacity.dram_tokens,
-            "frontier": frontier, "frontier_s": time.perf_counter() - t0, "rows": rows}
+            "placement": placement_of(s.model, s.placement), "frontier": frontier, "frontier_s": time.perf_counter() - t0, "rows": rows}
+
+
+def placement_of(model: str, placement: str) -> str | None:
+    """What a record says of its GDN states: the placement on a hybrid model, None on an FA model
+    (it has no states, so the setting changes nothing)."""
+    return placement if get_model_spec(model).is_hybrid else None
 
 
 # ---------------------------------------------------------------- derived values and rendering
@@ -161,12 +170,15 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
     def ssd(s: dict) -> str:
         return f"{s['ssd_tokens'] / 1e6:g}M"
 
+    def states(s: dict) -> str:  # records from before the field were replayed on the grid
+        return placement_of(s["model"], s.get("placement", "grid")) or "-"
+
     frontier_rows, rows, variant_rows = [], [], []
     for s in doc["settings"]:
         fr = Frontier.from_json(s["frontier"])
         best = max(fr.points, key=lambda p: p.char)
         dominated = [r for r in s["rows"] if not r["variant"] and r["char"] > fr.best_char]
-        frontier_rows.append([s["workload"], s["model"], f"{s['prefill_tps']:,.0f}", ssd(s), str(len(fr.points) - 1),
+        frontier_rows.append([s["workload"], s["model"], states(s), f"{s['prefill_tps']:,.0f}", ssd(s), str(len(fr.points) - 1),
                               f"{fr.best_char:.3f}", f"{best.writes_norm:.2f}", "yes" if fr.converged else "**no**",
                               ", ".join(_label(r) for r in dominated) or "none"])
         for r in s["rows"]:
@@ -181,7 +193,7 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
     head = ["workload", "model", "tok/s", "SSD", "policy", "W/C", "CHAR", "frontier W/C at CHAR", "W / frontier",
             "CHAR - best", f"writes <= {WRITES_BOUND}x", f"CHAR >= best - {CHAR_SLACK}"]
     out = ["### The frontier", "",
-           md_table(["workload", "model", "tok/s", "SSD", "points", "best CHAR", "its W/C", "all at fixed point",
+           md_table(["workload", "model", "GDN states", "tok/s", "SSD", "points", "best CHAR", "its W/C", "all at fixed point",
                      "policies above its best CHAR"], frontier_rows),
            "", "### Policies against the frontier", "", md_table(head, rows)]
     if variant_rows:
@@ -190,12 +202,12 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
         lab_rows = []
         for s in doc["labels"]:
             for r in s["rows"]:
-                lab_rows.append([s["workload"], s["model"], f"{s['prefill_tps']:,.0f}", ssd(s), r["policy"],
+                lab_rows.append([s["workload"], s["model"], states(s), f"{s['prefill_tps']:,.0f}", ssd(s), r["policy"],
                                  f"{r['writes']:,}", f"{r['useful'] / r['writes']:.0%}" if r["writes"] else "-",
                                  f"{r['wasted_admitted']:,}", f"{r['wasted_closure']:,}", f"{r['wanted']:,}",
                                  f"{r['missed']:,}"])
         out += ["", "### Where policies go wrong, by the oracle's labels", "",
-                md_table(["workload", "model", "tok/s", "SSD", "policy", "block writes", "useful (wanted later)",
+                md_table(["workload", "model", "GDN states", "tok/s", "SSD", "policy", "block writes", "useful (wanted later)",
                           "wasted: admitted block", "wasted: closed-over ancestor", "oracle-wanted blocks",
                           "missed (never written)"], lab_rows)]
     if doc.get("timing"):
@@ -242,8 +254,8 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
                      "wasted_closure": sum(not u and c for _, c, u in written),
                      "wanted": len(wanted), "missed": len(wanted - keys)})
     return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
-            "ssd_tokens": base.capacity.ssd_tokens, "oracle_fixed_point": oracle.metrics["oracle_fixed_point"],
-            "rows": rows}
+            "ssd_tokens": base.capacity.ssd_tokens, "placement": placement_of(s.model, s.placement),
+            "oracle_fixed_point": oracle.metrics["oracle_fixed_point"], "rows": rows}
 
 
 def timing(workload: str, model: str, policies: list[str], repeats: int, tps: float) -> dict:
@@ -286,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--variant", action="append", default=[], help="POLICY@field=value (repeatable)")
     r.add_argument("--shares", default=",".join(f"{s:g}" for s in DEFAULT_SHARES))
     r.add_argument("--max-passes", type=int, default=40)
+    r.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang", help=_PLACEMENT_HELP)
     r.add_argument("--rows-only", action="store_true",
                    help="keep the frontier the JSON holds for each setting; replay only --policies and --variant")
     r.add_argument("--json", dest="json_path", required=True)
@@ -302,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     lb.add_argument("--ssd-tokens", type=int, default=0)
     lb.add_argument("--policies", default="auto,loadaware,eviction:E2")
     lb.add_argument("--max-passes", type=int, default=40)
+    lb.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang", help=_PLACEMENT_HELP)
     lb.add_argument("--json", dest="json_path", required=True)
     t = sub.add_parser("timing", help="replay time of policies against eviction:E2, added to --json")
     t.add_argument("--workload", default="weka:1-360")
@@ -334,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "labels":
         doc = _load(args.json_path)
-        rec = labels(Setting(args.workload, args.model, args.load, args.ssd_tokens), args.policies.split(","),
+        rec = labels(Setting(args.workload, args.model, args.load, args.ssd_tokens, args.placement), args.policies.split(","),
                      args.max_passes)
         doc["labels"] = [x for x in doc.get("labels", []) if (x["workload"], x["model"], x["prefill_tps"], x["ssd_tokens"])
                          != (rec["workload"], rec["model"], rec["prefill_tps"], rec["ssd_tokens"])] + [rec]
@@ -356,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in args.models.split(","):
         for tps in args.loads.split(","):
             for ssd in args.ssd_tokens.split(","):
-                s = Setting(args.workload, model, float(tps), int(float(ssd)))
+                s = Setting(args.workload, model, float(tps), int(float(ssd)), args.placement)
                 t0 = time.perf_counter()
                 old = next((i for i, x in enumerate(doc["settings"]) if (x["workload"], x["model"], x["prefill_tps"])
                             == (s.workload, s.model, s.prefill_tps) and x["ssd_tokens"] == (s.ssd_tokens or
