@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.update_doc:
             p.error("--render-only needs --update-doc")
         with open(args.json_path) as fh:
-            doc_blocks.update_file(Path(args.update_doc), "admission-budget", render(json.load(fh)))
+            doc = json.load(fh)
+        doc_blocks.update_file(Path(args.update_doc), "admission-budget", render(doc))
+        if args.plot:
+            plot(doc["rows"], args.plot)
         return 0
     unknown = set(args.workloads.split(",")) - set(WORKLOADS)
     if unknown:

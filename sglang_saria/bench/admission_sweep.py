@@ -224,7 +224,7 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
     """The fixed-point oracle's wants as labels for each policy's writes: a write is useful when, at that
     moment, a request not yet begun wants the block from below DRAM (the oracle's own rule, with the
     wants it recorded under its timing), else wasted (split: the block the policy admitted, or an
-    ancestor its chain closed over); a block the oracle wanted and the policy never wrote is missed.
+    ancestor its chain closed over, at once or, under lazy closure, at the ancestor's own eviction); a block the oracle wanted and the policy never wrote is missed.
     Counts of block writes and of blocks."""
     spec, sessions, settings, starts, base = _replay_inputs(s)
     oracle, needs = replay_oracle(sessions, starts, replace(base, admission=AdmissionConfig(policy="oracle")), spec,
@@ -234,12 +234,15 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
     for policy in policies:
         future = FutureNeeds.of(needs)
         written: list[tuple[int, bool, bool]] = []  # (block, closed over, wanted later)
+        forced: list = [None]  # the block of the sequencer's last decision if a lazy closure forced it
 
-        def hook(key, node, event, parent_on_ssd, written=written, future=future):
-            written.append((key, event == "closure", future.wanted_later(key)))  # AdmissionEvent.CLOSURE: a str enum
+        def hook(key, node, event, parent_on_ssd, written=written, future=future, forced=forced):
+            closed = event == "closure" or key == forced[0]  # AdmissionEvent.CLOSURE: a str enum
+            written.append((key, closed, future.wanted_later(key)))
 
         run = ReplayRun(sessions, starts, replace(base, admission=AdmissionConfig(policy=policy)), spec, settings,
                         on_write=hook)
+        _track_forced_closure(run.core.sequencer, forced)
         admit = run.admit
 
         def labelled_admit(sid, ridx, t, issue_t, admit=admit, future=future):
@@ -256,6 +259,21 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
     return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
             "ssd_tokens": base.capacity.ssd_tokens, "placement": placement_of(s.model, s.placement),
             "oracle_fixed_point": oracle.metrics["oracle_fixed_point"], "rows": rows}
+
+
+def _track_forced_closure(seq, forced: list) -> None:
+    """Wrap ``seq.admit`` so that ``forced[0]`` names the block of its last decision when a lazy closure
+    forced it (an ancestor written at its own eviction because a descendant's SSD copy needs it): such
+    a write is the closure's cost, not the policy's choice of that block."""
+    decide = seq.admit
+
+    def admit(view, key, node, event, evictions=0, hbm=()):
+        before = seq.stats.closure_forced
+        chain = decide(view, key, node, event, evictions, hbm)
+        forced[0] = key if chain and seq.stats.closure_forced > before else None
+        return chain
+
+    seq.admit = admit
 
 
 def timing(workload: str, model: str, policies: list[str], repeats: int, tps: float) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from sglang_saria.bench.admission_sweep import CHAR_SLACK, WRITES_BOUND, render
+from sglang_saria.model_specs import get_model_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "admission.md"
@@ -94,11 +95,19 @@ def test_frontier_rows_recomputed_from_raw_records(doc, block):
     for cells, s in zip(rows, doc["settings"]):
         pts = s["frontier"]["points"]
         best = max(pts, key=lambda p: p["char"])
-        assert float(cells[5]) == pytest.approx(best["char"], abs=0.0006)
-        assert float(cells[6]) == pytest.approx(best["writes_norm"], abs=0.006)
-        assert (cells[7] == "yes") == all(p["fixed_point"] for p in pts)
+        assert cells[2] == (s["placement"] or "-")
+        assert float(cells[6]) == pytest.approx(best["char"], abs=0.0006)
+        assert float(cells[7]) == pytest.approx(best["writes_norm"], abs=0.006)
+        assert (cells[8] == "yes") == all(p["fixed_point"] for p in pts)
         above = [r for r in s["rows"] if not r["variant"] and r["char"] > best["char"]]
-        assert (cells[8] == "none") == (not above)
+        assert (cells[9] == "none") == (not above)
+
+
+def test_hybrid_settings_place_states_as_sglang_does(doc):
+    """Every hybrid record was replayed with SGLang 0.5.23's GDN state placement; FA records have none."""
+    for rec in doc["settings"] + doc.get("labels", []):
+        hybrid = get_model_spec(rec["model"]).is_hybrid
+        assert rec.get("placement") == ("sglang" if hybrid else None), (rec["workload"], rec["model"])
 
 
 def test_timing_ratio_recomputed(doc, block):
@@ -120,7 +129,7 @@ def test_label_rows_add_up_and_match_the_json(doc, block):
         assert s["oracle_fixed_point"]
         assert r["useful"] + r["wasted_admitted"] + r["wasted_closure"] == r["writes"]
         assert 0 <= r["missed"] <= r["wanted"]
-        assert [int(c.replace(",", "")) for c in (cells[5], cells[7], cells[8], cells[9], cells[10])] == [
+        assert [int(c.replace(",", "")) for c in (cells[6], cells[8], cells[9], cells[10], cells[11])] == [
             r["writes"], r["wasted_admitted"], r["wasted_closure"], r["wanted"], r["missed"]]
         if r["writes"]:
-            assert float(cells[6].rstrip("%")) == pytest.approx(100 * r["useful"] / r["writes"], abs=0.51)
+            assert float(cells[7].rstrip("%")) == pytest.approx(100 * r["useful"] / r["writes"], abs=0.51)
