@@ -92,7 +92,9 @@ def test_every_policy_row_is_the_jsons_and_its_ratios_are_recomputed():
 
 
 def _span(values: list[float], fmt: str, sep: str = "-") -> str:
-    return f"{min(values):{fmt}}{sep}{max(values):{fmt}}"
+    """"lo-hi" as the prose writes a range; one value when both ends print alike."""
+    lo, hi = f"{min(values):{fmt}}", f"{max(values):{fmt}}"
+    return lo if lo == hi else f"{lo}{sep}{hi}"
 
 
 def test_hybrid_rows_place_states_as_sglang_does():
