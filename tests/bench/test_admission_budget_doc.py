@@ -130,7 +130,7 @@ def test_each_figure_the_prose_quotes_is_recomputed():
         f"`loadaware:8` reaches CHAR {_span([c['capped_char'] for c in over_budget.values()], '.3f')} against E2's "
         f"{_span([c['best'] for c in over_budget.values()], '.3f')}",
         f"within its budget (peak day {_span([c['capped_day'] for c in hybrid.values()], '.2f')} C)",
-        f"the bound is unmet at {_loads(off_bound)} tokens/s (CHAR "
+        f"bound is unmet at {_loads(off_bound)} tokens/s (CHAR "
         f"{_span([-c['loadaware_dchar'] for c in off_bound.values()], '.4f')} below FD's",
         f"`loadaware` writes {_span([c['loadaware_vs'] for c in hybrid.values()], '.2f')}x the oracle bound there",
         f"E1 writes {max(e1):.1f} C in a {data['dwpd']:g}-C day",
