@@ -46,7 +46,7 @@ DOC_BEGIN, DOC_END = "<!-- frontier-tables:begin -->", "<!-- frontier-tables:end
 WRITES_BOUND = 1.3
 _PLACEMENT_HELP = "a hybrid model's GDN states: where SGLang 0.5.23 keeps them (default), or the paper's grid"
 CHAR_SLACK = 0.02
-POLICIES = ("none", "full-duplicate", "eviction:E1", "eviction:E2", "eviction:E3", "auto", "loadaware")
+POLICIES = ("none", "full-duplicate", "eviction:E2", "eviction:E3", "auto", "loadaware", "oracle")
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
 
 

@@ -133,3 +133,121 @@ def test_label_rows_add_up_and_match_the_json(doc, block):
             r["writes"], r["wasted_admitted"], r["wasted_closure"], r["wanted"], r["missed"]]
         if r["writes"]:
             assert float(cells[7].rstrip("%")) == pytest.approx(100 * r["useful"] / r["writes"], abs=0.51)
+
+
+# ---------------------------------------------------------------- the prose's figures
+TUNING = ROOT / "docs" / "data" / "admission-tuning.json"
+
+
+def _span(values, fmt: str) -> str:
+    """"lo-hi" as the prose writes a range; one figure when both ends print alike."""
+    lo, hi = f"{min(values):{fmt}}", f"{max(values):{fmt}}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _rows(doc, policy, variant="", **where):
+    """(setting, row) of ``policy`` in the settings matching ``where`` (workload prefix, model, ssd, tps)."""
+    out = []
+    for s in doc["settings"]:
+        if where.get("workload") and not s["workload"].startswith(where["workload"]):
+            continue
+        if any(where.get(k) is not None and s[f] != where[k] for k, f in
+               (("model", "model"), ("ssd", "ssd_tokens"), ("tps", "prefill_tps"))):
+            continue
+        out += [(s, r) for r in s["rows"] if r["policy"] == policy and r["variant"] == variant]
+    return out
+
+
+def _ratio(s, r):
+    fw = frontier_writes(s["frontier"]["points"], r["char"])
+    if fw is None:
+        return None
+    return r["writes_norm"] / fw if fw > 0 else (1.0 if r["writes_norm"] == 0 else float("inf"))
+
+
+def _gap(s, r):
+    return r["char"] - max(p["char"] for p in s["frontier"]["points"])
+
+
+def _ratios(pairs):
+    return [x for x in (_ratio(s, r) for s, r in pairs) if x is not None]
+
+
+def prose_figures(doc: dict, tuning: dict) -> list[str]:
+    """The figures docs/admission.md's prose quotes, each recomputed from the raw records."""
+    W, M8, M9, M10, M2 = "weka:176-360", "qwen3-8b", "qwen3.5-9b", 10_000_000, 2_000_000
+    auto = {(m, ssd): _rows(doc, "auto", workload=W, model=m, ssd=ssd) for m in (M8, M9) for ssd in (M10, M2)}
+    e2 = {(m, ssd): _rows(doc, "eviction:E2", workload=W, model=m, ssd=ssd) for m in (M8, M9) for ssd in (M10, M2)}
+    synth_auto = _rows(doc, "auto", workload="synthetic")
+    checked = [p for v in auto.values() for p in v] + synth_auto  # the WEKA and synthetic settings
+    char_met = [p for p in checked if _gap(*p) >= -CHAR_SLACK]
+    char_unmet = [p for p in checked if _gap(*p) < -CHAR_SLACK]
+    both = [p for p in char_met if (_ratio(*p) or float("inf")) <= WRITES_BOUND]
+    oracle = {ssd: _rows(doc, "oracle", workload=W, ssd=ssd) for ssd in (M10, M2)}
+    fd2 = _rows(doc, "full-duplicate", workload=W, ssd=M2)
+    passes = [p["passes"] for s in doc["settings"] for p in s["frontier"]["points"] if p["k"] > 0]
+    lazy0 = {ssd: _rows(doc, "auto", "auto_lazy_closure=0", workload=W, model=M8, ssd=ssd, tps=6500.0)[0]
+             for ssd in (M10, M2)}
+    auto65 = {ssd: _rows(doc, "auto", workload=W, model=M8, ssd=ssd, tps=6500.0)[0] for ssd in (M10, M2)}
+    wnr8 = [r["writes_never_read_frac"] for v in (auto[M8, M10], auto[M8, M2]) for _, r in v]
+    timing = doc["timing"]["runs"]
+    med = {p: float(np.median(v)) for p, v in timing.items()}
+    lab = {(s["model"], s["ssd_tokens"]): {r["policy"]: r for r in s["rows"]} for s in doc["labels"]}
+    out = [
+        f"here {min(passes)}-{max(passes)} passes",
+        f"2M: best CHAR {_span([max(p['char'] for p in s['frontier']['points']) for s, _ in fd2], '.3f')} against FD's "
+        f"{_span([r['char'] for _, r in fd2], '.3f')}",
+        f"the full oracle's copies never read: {_span([100 * r['writes_never_read_frac'] for _, r in oracle[M10]], '.0f')} % "
+        f"at 10M, {_span([100 * r['writes_never_read_frac'] for _, r in oracle[M2]], '.0f')} % at 2M",
+        f"the oracle keeps CHAR {_span([r['char'] for _, r in oracle[M2]], '.3f')} "
+        f"({_span([r['writes_norm'] for _, r in oracle[M2]], '.0f')} C of writes)",
+        f"`auto` writes {_span(_ratios(auto[M8, M10]), '.2f')}x the frontier on WEKA 176-360 at 10M (qwen3-8b; "
+        f"{_span(_ratios(auto[M9, M10]), '.2f')}x qwen3.5-9b), {_span(_ratios(auto[M8, M2]), '.2f')}x at 2M (qwen3-8b; "
+        f"{_span(_ratios(auto[M9, M2]), '.2f')}x qwen3.5-9b), {_span(_ratios(synth_auto), '.2f')}x on the synthetic sessions",
+        f"(the `auto_lazy_closure=0` row: {_ratio(*lazy0[M10]):.2f}x and {_ratio(*lazy0[M2]):.2f}x at 6,500 tokens/s, against "
+        f"{_ratio(*auto65[M10]):.2f}x and {_ratio(*auto65[M2]):.2f}x)",
+        f"E2 writes {_span(_ratios(e2[M8, M10]), '.2f')}x at 10M and {_span(_ratios(e2[M8, M2]), '.2f')}x at 2M on qwen3-8b",
+        f"{_span([100 * x for x in wnr8], '.0f')} % of `auto`'s writes on qwen3-8b are never read",
+        f"met on {len(char_met)} of {len(checked)} WEKA and synthetic settings (gap "
+        f"{min(_gap(*p) for p in char_met):+.3f} to {max(_gap(*p) for p in char_met):+.3f})",
+        f"Both checks together: met in {len(both)} of {len(checked)} WEKA and synthetic settings",
+        f"`auto` {med['auto']:.2f} s, {med['auto'] / med['eviction:E2']:.2f}x E2's {med['eviction:E2']:.2f} s "
+        f"(`loadaware` {med['loadaware'] / med['eviction:E2']:.2f}x); the runs spread "
+        f"{min(min(v) for v in timing.values()):.1f}-{max(max(v) for v in timing.values()):.1f} s",
+    ]
+    for ssd, name in ((M10, "10M"), (M2, "2M")):
+        a = lab[M8, ssd]["auto"]
+        out.append(f"{name}: {a['writes']:,} block writes, {a['useful'] / a['writes']:.0%} wanted later, "
+                   f"{a['wasted_closure']:,} wasted on ancestors a lazy closure forced and {a['wasted_admitted']:,} "
+                   f"on blocks `auto` chose")
+    for s, r in char_unmet:
+        out.append(f"**unmet at {s['ssd_tokens'] / 1e6:g}M, {s['model']}, {s['prefill_tps']:,.0f} tokens/s** "
+                   f"(CHAR {r['char']:.3f} against {r['char'] - _gap(s, r):.3f}")
+    for m in (M8, M9):
+        for ssd, name in ((M10, "10M"), (M2, "2M")):
+            base = _rows(doc, "auto", workload=W, model=m, ssd=ssd, tps=6500.0)[0]
+            var = [p for v in ("auto_odds=0.5", "auto_odds=2", "auto_load_ref_s=0.5", "auto_load_ref_s=2")
+                   for p in _rows(doc, "auto", v, workload=W, model=m, ssd=ssd, tps=6500.0)]
+            rs = _ratios(var)
+            out.append(f"{m} at {name}: {_span(rs, '.2f')}x at CHAR {_span([r['char'] for _, r in var], '.3f')} "
+                       f"against {_ratio(*base):.2f}x at {base[1]['char']:.3f}")
+    # the tuning set (files 1-175, qwen3-8b, 6,500 tokens/s)
+    for ssd, name in ((M10, "10M"), (M2, "2M")):
+        t = {(r["policy"], r["variant"]): (s, r) for s, r in
+             [(s, r) for s in tuning["settings"] if s["model"] == M8 and s["ssd_tokens"] == ssd for r in s["rows"]]}
+        a, eager = t["auto", ""], t["auto", "auto_lazy_closure=0"]
+        out.append(f"{name}: {a[1]['writes_norm']:.2f} C at CHAR {a[1]['char']:.3f} ({_ratio(*a):.2f}x that set's "
+                   f"frontier) against {eager[1]['writes_norm']:.2f} C at {eager[1]['char']:.3f} eagerly "
+                   f"({_ratio(*eager):.2f}x)")
+        odds = [f"`auto_odds={v}` {_ratio(*t['auto', f'auto_odds={v}']):.2f}x at {t['auto', f'auto_odds={v}'][1]['char']:.3f}"
+                for v in ("0.5", "2", "4")]
+        out.append(f"{name} odds: " + ", ".join(odds))
+    return out
+
+
+def test_every_figure_the_prose_quotes_is_recomputed(doc):
+    text = " ".join(DOC.read_text().split())
+    tuning = json.loads(TUNING.read_text())
+    assert {s["workload"] for s in tuning["settings"]} == {"weka:1-175"}  # chosen on these files only
+    missing = [p for p in prose_figures(doc, tuning) if p not in text]
+    assert not missing, f"docs/admission.md does not say: {missing}"
