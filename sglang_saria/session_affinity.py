@@ -21,7 +21,7 @@ with sticky assignment):
   above the mean only in whole sessions, so 6 sessions on 3 nodes are held to 2 each.
 - A session goes back to its node (the one that served its previous request, active or not) if
   that node is alive and below the bound; it moves only when that node is dead or at the bound
-  (or, with ``wear_moves``, when it is the largest active session on a worn-out node, below).
+  (or, with ``wear_moves``, when its node's drive is worn out, below).
 - A new or moving session walks the hash ring from its key (``vnodes`` points per node, so a dead
   node's sessions spread over all the others instead of landing on its neighbour) and takes the
   first live node below the bound (one always exists, as ``L x bound >= A + 1``) that is not over
@@ -32,11 +32,16 @@ with sticky assignment):
   qualifies, the least worn (``wear``) or least loaded in tokens of them. A fleet's endurance is its
   busiest drive's, and a drive writes when its node's DRAM overflows, which a session count alone
   does not foresee (sessions differ in size by orders of magnitude).
-- ``wear_moves``: the largest active session of a worn-out node leaves it at its next request, as a
-  moving session. A moved session recomputes its context on its new node, and its drive may write
-  it again there: this spreads a large session's writes at the price of that recomputation (the
-  defaults, ``both`` with wear moves, are the fleet replay's choice on WEKA sessions 1-175;
-  docs/fleet.md has what they reach on other sessions).
+- ``wear_moves``: a session of a worn-out node leaves it, as a moving session, if some other live
+  drive is not worn out, at a request whose prompt is shorter than ``wear_shrink`` x its previous
+  request's (the agent compacted or restarted its context: the prompt does not extend what the node
+  holds, so most of it is recomputed wherever it goes); with ``wear_shrink`` 0, the largest active
+  session of a worn-out node leaves it at its next request, whatever it costs. Why: a moved session
+  recomputes what its node held of its context, and its new drive may write it again, so a move
+  spreads writes at the price of that recomputation; moving at a prompt that does not extend the last
+  one spreads them at little of that price (the defaults, ``both`` with wear moves at 0.9, are the
+  fleet replay's choice on WEKA sessions 1-175; docs/fleet.md has what they reach on other
+  sessions). Both drivers know it: a request's ``size`` and the session's previous one.
 - A session that left a dead node (a guest where it went) returns to it once it is alive again, if
   it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
   sessions and the guests is over the bound until the guests leave, and its own sessions stay.
@@ -69,9 +74,12 @@ class AffinityConfig:
 
     eps: float = 0.25  # a node holds at most ceil(m) + floor(eps x m) active sessions, m their mean per live node
     idle_s: float = 1800.0  # a session without a request for this long stops counting as active
-    # True: the largest active session on a node whose drive has written more than (1 + eps) x the live
-    # drives' mean leaves it at its next request; False: a session leaves its node only at the bound or dead
+    # True: a session leaves a node whose drive has written more than (1 + eps) x the live drives' mean (as
+    # wear_shrink says); False: a session leaves its node only at the bound or dead
     wear_moves: bool = True
+    # > 0: any session of a worn-out node leaves it at a request whose size is below wear_shrink x its previous
+    # request's; 0: the node's largest active session leaves it at its next request
+    wear_shrink: float = 0.9
     # what a new or moving session's node must not exceed: "wear" (its drive's writes), "tokens" (its active
     # sessions' prompt tokens) or "both", each at most (1 + eps) x the live nodes' mean
     place_by: str = "both"
@@ -83,6 +91,8 @@ class AffinityConfig:
             raise AffinityError(f"session eps {self.eps}: must be > 0")
         if not self.idle_s > 0:
             raise AffinityError(f"session idle_s {self.idle_s}: must be > 0")
+        if not self.wear_shrink >= 0:
+            raise AffinityError(f"session wear_shrink {self.wear_shrink}: must be >= 0 (0: the largest session moves)")
         if self.place_by not in PLACE_BY:
             raise AffinityError(f"session place_by {self.place_by!r}: choose one of {', '.join(PLACE_BY)}")
         if self.vnodes < 1 or self.max_sessions < 1:
@@ -115,8 +125,8 @@ class SessionAffinity:
         self.active: OrderedDict[Hashable, tuple[int, float, float]] = OrderedDict()
         self.count = [0] * n_nodes  # active sessions per node
         self.guests = [0] * n_nodes  # of which displaced from a dead node
-        # key -> (node, time) of its last request, least recent first
-        self.home: OrderedDict[Hashable, tuple[int, float]] = OrderedDict()
+        # key -> (node, time, size) of its last request, least recent first
+        self.home: OrderedDict[Hashable, tuple[int, float, float | None]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
         self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
 
@@ -153,11 +163,19 @@ class SessionAffinity:
         """(1 + eps) x the live drives' mean write count: above it a drive is worn out."""
         return (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
 
-    def worn_out(self, node: int, size: float | None, alive: Sequence[bool], wear: Sequence[float] | None) -> bool:
-        """Whether a session of ``size`` leaves ``node`` for wear: its drive is above ``wear_limit`` and no
-        other active session there is larger (``wear_moves``)."""
-        if not (self.cfg.wear_moves and wear and size is not None and wear[node] > self.wear_limit(alive, wear)):
+    def worn_out(self, node: int, size: float | None, previous: float | None, alive: Sequence[bool],
+                 wear: Sequence[float] | None) -> bool:
+        """Whether a session leaves ``node`` for wear (``wear_moves``) at a request of ``size``, its previous
+        one of ``previous`` (None: not known): the drive is above ``wear_limit``, another live one is not,
+        and the prompt is shorter than ``wear_shrink`` x the previous one (``wear_shrink`` 0: no other active
+        session there is larger)."""
+        if not (self.cfg.wear_moves and wear and size is not None):
             return False
+        limit = self.wear_limit(alive, wear)
+        if wear[node] <= limit or not any(alive[n] and wear[n] <= limit for n in range(self.n_nodes) if n != node):
+            return False
+        if self.cfg.wear_shrink:
+            return previous is not None and size < self.cfg.wear_shrink * previous
         return all(n != node or z <= size for n, _, z in self.active.values())
 
     def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None,
@@ -206,7 +224,7 @@ class SessionAffinity:
             node, kind = back, "returned"
             del self.displaced[key]
         elif (current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap
-              and not self.worn_out(current, size, alive, wear)):
+              and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear)):
             node, kind = current, "stayed"
         else:
             node = self.place(key, alive, cap, wear, size)
@@ -225,7 +243,7 @@ class SessionAffinity:
         self.active[key] = (node, now, size if size is not None else 0.0)
         count[node] += 1
         self.guests[node] += key in self.displaced
-        self.home[key] = (node, now)
+        self.home[key] = (node, now, size)
         self.home.move_to_end(key)
         if len(self.home) > self.cfg.max_sessions:
             old, _ = self.home.popitem(last=False)

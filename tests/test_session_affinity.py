@@ -114,8 +114,8 @@ def test_placed_by_tokens_a_new_session_avoids_the_node_whose_active_prompts_are
     assert s.pick(big, 2.0, size=120_000.0) == 0  # an active session stays where it is
 
 
-def test_with_wear_moves_only_the_largest_active_session_leaves_a_worn_out_drive():
-    s = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=True, place_by="wear"))
+def test_with_wear_moves_and_no_shrink_only_the_largest_active_session_leaves_a_worn_out_drive():
+    s = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=True, place_by="wear", wear_shrink=0.0))
     a, b = [k for k in (f"k{i}" for i in range(500)) if s.preference(k)[0] == 0][:2]
     assert s.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0) == 0
     for i, k in enumerate([k for k in (f"o{i}" for i in range(500)) if s.preference(k)[0] == 1][:2]):
@@ -128,6 +128,27 @@ def test_with_wear_moves_only_the_largest_active_session_leaves_a_worn_out_drive
     off = SessionAffinity(2, AffinityConfig(eps=0.5, wear_moves=False))
     off.pick(a, 0.0, wear=[0.0, 0.0], size=50_000.0)
     assert off.pick(a, 1.0, wear=worn, size=60_000.0) == 0
+
+
+def fleet_with_three_on_node_0(config: AffinityConfig) -> tuple[SessionAffinity, list[str]]:
+    """Three sessions (90k, 50k, 10k tokens) on node 0 of 3, three small ones on each of the others."""
+    s = SessionAffinity(3, config)
+    first = {n: [k for k in (f"k{n}-{i}" for i in range(2000)) if s.preference(k)[0] == n][:3] for n in range(3)}
+    for i, size in enumerate((90_000.0, 50_000.0, 10_000.0)):  # one per node in turn, within the session bound
+        for node in (1, 2, 0):
+            assert s.pick(first[node][i], float(i), wear=[0.0, 0.0, 0.0], size=size if node == 0 else 1_000.0) == node
+    return s, first[0]
+
+
+def test_with_wear_shrink_a_session_leaves_a_worn_out_drive_at_a_prompt_that_does_not_extend_its_last():
+    s, (a, b, c) = fleet_with_three_on_node_0(AffinityConfig(eps=0.5, place_by="wear", wear_shrink=0.9))
+    worn = [60.0, 10.0, 20.0]  # node 0: 60 against 1.5 x a mean of 30
+    assert s.pick(a, 10.0, wear=worn, size=95_000.0) == 0  # the largest, but its prompt grew: it stays
+    assert s.pick(c, 11.0, wear=worn, size=9_500.0) == 0  # 0.95 x its last: not below 0.9 x
+    assert s.pick(b, 12.0, wear=worn, size=20_000.0) != 0 and s.stats["moved_wear"] == 1  # 0.4 x its last
+    assert s.pick(a, 13.0, wear=[60.0, 60.0, 60.0], size=10_000.0) == 0  # no drive worn out: a shrunk prompt stays
+    with pytest.raises(AffinityError, match="wear_shrink -1"):
+        SessionAffinity(2, AffinityConfig(wear_shrink=-1.0))
 
 
 def test_an_unknown_placement_signal_is_a_clear_error():

@@ -57,8 +57,12 @@ def parser() -> argparse.ArgumentParser:
                    help="session policy: a new or moving session's worker must not exceed 1 + eps times the mean of "
                         "this too (wear: its drive's writes; tokens: its active sessions' prompt sizes; both)")
     p.add_argument("--session-wear-moves", type=int, choices=(0, 1), default=int(AffinityConfig.wear_moves),
-                   help="session policy: 1: the largest active session of a worker whose drive is over the wear bound "
-                        "leaves it at its next request; 0: a session leaves its worker only at the bound or dead")
+                   help="session policy: 1: a session leaves a worker whose drive is over the wear bound (when: "
+                        "--session-wear-shrink); 0: a session leaves its worker only at the bound or dead")
+    p.add_argument("--session-wear-shrink", type=float, default=AffinityConfig.wear_shrink, metavar="F",
+                   help="session policy: with wear moves, a session leaves a worn-out worker at a request whose body "
+                        "is below F x its previous one's; 0: the worker's largest active session leaves at its next "
+                        "request")
     p.add_argument("--router-arg", action="append", default=[], metavar="FLAG",
                    help="extra sglang_router.launch_router flag, e.g. --router-arg=--cache-threshold=0.5 (repeat)")
     p.add_argument("--wait-workers", type=float, default=0.0, metavar="S",
@@ -145,9 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         try:
             session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle, place_by=args.session_place,
-                                     wear_moves=bool(args.session_wear_moves)).validate()
+                                     wear_moves=bool(args.session_wear_moves),
+                                     wear_shrink=args.session_wear_shrink).validate()
         except AffinityError as err:
-            raise ClusterError(f"--session-eps/--session-idle: {err}") from err
+            raise ClusterError(f"--session-*: {err}") from err
         settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg), session=session)
         if args.workers is not None:
             run_local(args, launch_args, settings)

@@ -17,7 +17,9 @@ machine, so it cannot take a placement decided outside it. sglang-router 0.3.2 h
 Wear: every ``wear_interval_s`` the same thread reads each live worker's
 ``sglang:saria_ssd_bytes_written_total`` (its ``/metrics``), so new and moving sessions go where the
 drives wore least, as in the replay; a counter that falls (the worker restarted) keeps counting on
-from what it had reached.
+from what it had reached. A request's size is its body's bytes: the core compares it with the
+other active sessions' (placement by tokens) and with the session's previous request's (a session
+leaves a worn-out drive at a body shorter than ``wear_shrink`` x its previous one).
 
 Worker death: a thread probes every worker's ``/v1/models`` each ``probe_interval_s``; a refused
 connection marks it dead at once, other failures after ``probe_failures`` in a row. A request whose

@@ -10,8 +10,9 @@ same replay). ``--json`` keeps every record; ``--update-doc`` rewrites the gener
 docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it and
 recomputes the fleet numbers from the per-node records).
 
-``--skip-sessions K`` drops the first K trace files (a held-out part); ``--session-eps`` and
-``--session-idle`` override the ``session`` router's constants (how they were chosen: docs/fleet.md).
+``--skip-sessions K`` drops the first K trace files (a held-out part); ``--session-eps``,
+``--session-idle``, ``--session-place``, ``--session-wear-moves`` and ``--session-wear-shrink`` override
+the ``session`` router's constants (how they were chosen: docs/fleet.md).
 
     nice -n 10 saria-fleet-table --jobs 2 --json docs/data/fleet.json --update-doc docs/fleet.md
 """
@@ -183,8 +184,11 @@ def format_setup(doc: dict) -> str:
             f"(DWPD = writes / (drive capacity x days)).")
     if any(r["router"] == "session" for r in doc["records"]):
         c = doc["session_router"]
+        moves = "off" if not c["wear_moves"] else (
+            f"on, at a prompt below {c['wear_shrink']}x the session's previous" if c.get("wear_shrink")
+            else "on, the largest session at its next request")
         line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, new "
-                 f"sessions placed by {c['place_by']}, wear moves {'on' if c['wear_moves'] else 'off'}.")
+                 f"sessions placed by {c['place_by']}, wear moves {moves}.")
     return line
 
 
@@ -259,7 +263,12 @@ def chosen_setting(doc: dict) -> dict:
     """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
     scores = sweep_scores(doc)
     best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
-    return {"place_by": "wear", "wear_moves": False, **doc["sweep"][best]["session_router"]}  # (older sweeps: the defaults)
+    return setting(doc["sweep"][best])
+
+
+def setting(part: dict) -> dict:
+    """A sweep part's session-router constants; an older sweep's JSON lacks the later ones (what it ran)."""
+    return {"place_by": "wear", "wear_moves": False, "wear_shrink": 0.0, **part["session_router"]}
 
 
 def format_sweep(doc: dict) -> str:
@@ -268,8 +277,10 @@ def format_sweep(doc: dict) -> str:
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
-        c = {"place_by": "wear", "wear_moves": False, **part["session_router"]}
-        cells = [c["place_by"], "yes" if c["wear_moves"] else "no", f"{c['eps']}", f"{c['idle_s']:.0f}"]
+        c = setting(part)
+        moves = "no" if not c["wear_moves"] else (
+            f"yes, at a prompt below {c['wear_shrink']}x" if c["wear_shrink"] else "yes, largest")
+        cells = [c["place_by"], moves, f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         for n in sorted({r["nodes"] for r in fleets}):
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
@@ -312,7 +323,7 @@ def baseline_records(path: str, args: argparse.Namespace) -> list[dict]:
     if (old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions):
         raise SystemExit(f"saria-fleet-table: --baseline {path}: sessions {old['sessions']} less {old['skip_sessions']}; "
                          f"this run: {args.sessions} less {args.skip_sessions}")
-    return [r for r in old["records"] if r["router"] == "cache_aware" and r["nodes"] > 1]
+    return [r for r in old.get("records", old.get("baseline", [])) if r["router"] == "cache_aware" and r["nodes"] > 1]
 
 
 def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[list[dict]]:
@@ -323,9 +334,9 @@ def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[
     parts = old.get("sweep", [old])
     want = [dataclasses.asdict(c) for c in settings]
     if ((old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions)
-            or [p["session_router"] for p in parts] != want):
+            or [setting(p) for p in parts] != want):
         raise SystemExit(f"saria-fleet-table: --keep-from {args.keep_from}: sessions {old['sessions']} less "
-                         f"{old['skip_sessions']}, settings {[p['session_router'] for p in parts]}; this run: "
+                         f"{old['skip_sessions']}, settings {[setting(p) for p in parts]}; this run: "
                          f"{args.sessions} less {args.skip_sessions}, {want}")
     return [[r for r in p["records"] if r["policy"] not in args.policies] for p in parts]
 
@@ -359,7 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-place", default=AffinityConfig.place_by,
                    help=f"session router: what a new session's node must not exceed ({', '.join(PLACE_BY)}; or several)")
     p.add_argument("--session-wear-moves", default=str(int(AffinityConfig.wear_moves)), metavar="0|1",
-                   help="session router: 1: a worn-out drive's largest active session leaves it (or 0,1: both)")
+                   help="session router: 1: sessions leave a worn-out drive (when: --session-wear-shrink; or 0,1: both)")
+    p.add_argument("--session-wear-shrink", default=str(AffinityConfig.wear_shrink), metavar="F",
+                   help="session router: a session leaves a worn-out drive at a prompt below F x its previous one "
+                        "(0: the drive's largest session leaves at its next request; or several)")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -392,9 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         args.nodes = _csv(args.nodes, None, "--nodes", int)
         args.routers = _csv(args.routers, ROUTERS, "--routers")
         args.work = Workload(args.sessions, args.skip_sessions)
-        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv)).validate()
+        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv), wear_shrink=f).validate()
                     for pl in _csv(args.session_place, PLACE_BY, "--session-place")
                     for mv in _csv(args.session_wear_moves, (0, 1), "--session-wear-moves", int)
+                    for f in _csv(args.session_wear_shrink, None, "--session-wear-shrink", float)
                     for e in _csv(args.session_eps, None, "--session-eps", float)
                     for i in _csv(args.session_idle, None, "--session-idle", float)]
         if 1 not in args.nodes and len(settings) == 1:

@@ -88,6 +88,8 @@ def test_bad_cluster_configs_are_named(kwargs, words):
     (["--workers", "2", "--model-path", "m", "--extra-config", "{not json"], "error: --extra-config is not valid JSON"),
     (["--workers", "2", "--model-path", "m", "--extra-config", "[1]"], "error: --extra-config must be a JSON object, got list"),
     (["--worker-urls", "http://127.0.0.1:9", "--", "--tp", "2"], "error: flags after -- are for local workers"),
+    (["--worker-urls", "http://127.0.0.1:9", "--policy", "session", "--session-wear-shrink", "-1"],
+     "error: --session-*: session wear_shrink -1.0: must be >= 0"),
 ])
 def test_cli_refuses_bad_flags_with_exit_status_2(argv, words, capsys):
     assert main(argv) == 2

@@ -92,6 +92,25 @@ def test_new_sessions_avoid_the_worker_whose_drive_wrote_most_and_a_restart_keep
             w.stop()
 
 
+def test_a_session_leaves_a_worn_out_drive_when_its_conversation_shrinks(workers):
+    """Wear moves in the launcher: body bytes against the session's previous body (``wear_shrink``)."""
+    router = SessionRouter([w.url for w in workers], wear_interval_s=0.1).start()
+    try:
+        first = {f"agent-{k}": post(router.url, chat(f"agent-{k}", 3))[0] for k in range(2)}  # a worker free
+        session = "agent-0"
+        worn = next(w for w in workers if w.url == first[session])
+        worn.written_bytes = 9e9  # above 1.25 x the mean drive
+        deadline = time.monotonic() + 10
+        while max(router.liveness.wear) != 9e9 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert post(router.url, chat(session, 4))[0] == worn.url  # the conversation grew: it stays
+        compacted = {**chat(session, 0), "messages": [{"role": "user", "content": "summary"}]}
+        assert post(router.url, compacted)[0] != worn.url  # shorter than 0.9 x its last body: it leaves
+        assert router.core.stats["moved_wear"] == 1
+    finally:
+        router.stop()
+
+
 def test_a_request_without_a_session_key_goes_to_a_live_worker(workers):
     router = SessionRouter([w.url for w in workers]).start()
     try:

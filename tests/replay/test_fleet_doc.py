@@ -24,11 +24,12 @@ JSONS = {
     "heldout": ("fleet_session_heldout.json", {"setup", "targets", "main"}),
     "sweep": ("fleet_session_sweep.json", {"sweep"}),
     "sweep0": ("fleet_session_sweep_constants.json", {"sweep"}),
+    "moves": ("fleet_session_sweep_moves.json", {"sweep"}),
     "halfeps": ("fleet_session_heldout_eps.json", {"sweep"}),
     "halfidle": ("fleet_session_heldout_idle.json", {"sweep"}),
 }
 SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
-           "wear_moves": AffinityConfig.wear_moves}
+           "wear_moves": AffinityConfig.wear_moves, "wear_shrink": AffinityConfig.wear_shrink}
 
 
 def load(name: str) -> dict:
@@ -84,7 +85,7 @@ def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_
     for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175)):
         doc = load(name)
         assert (doc["sessions"], doc["skip_sessions"]) == (sessions, skip)
-        assert {k: doc["session_router"][k] for k in shipped} == shipped
+        assert {k: fleet_table.setting(doc)[k] for k in shipped} == shipped
         fleets = {(r["model"], r["policy"], r["nodes"], r["router"]) for r in doc["records"] if r["nodes"] > 1}
         assert fleets == {(m, p, n, rt) for m in fleet_table.MODELS for p in ("eviction:E2", "auto")
                           for n in (4, 8) for rt in ("cache_aware", "session")}
@@ -93,11 +94,20 @@ def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_
             assert len({(m["requests"], m["request_set"]) for m in rows}) == 1
 
 
-def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175():
-    doc = load("fleet_session_sweep.json")
+@pytest.mark.parametrize(("name", "swept"), [("fleet_session_sweep.json", {"place_by", "wear_moves"}),
+                                              ("fleet_session_sweep_moves.json", {"wear_shrink"})])
+def test_the_shipped_constants_are_the_sweeps_choice_on_sessions_1_to_175(name, swept):
+    """The placement sweep (run before ``wear_shrink`` existed: its moves are the largest session's, 0) chose the
+    placement and the wear moves; the later sweep, at that choice, when a session moves for wear."""
+    doc = load(name)
     assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
     chosen = fleet_table.chosen_setting(doc)
-    assert {k: chosen[k] for k in SHIPPED} == SHIPPED
+    assert {k: chosen[k] for k in swept} == {k: SHIPPED[k] for k in swept}
+    for part in doc["sweep"]:  # the constants not swept: as shipped then
+        c = fleet_table.setting(part)
+        assert {k: c[k] for k in SHIPPED if k not in swept and k != "wear_shrink"} == {
+            k: v for k, v in SHIPPED.items() if k not in swept and k != "wear_shrink"}
+        assert "wear_shrink" in swept or c["wear_shrink"] == 0.0
     fleets = {(r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
     assert fleets == {(m, p, n) for m in fleet_table.MODELS for p in ("eviction:E2", "auto") for n in (4, 8)}
     # CHAR is judged against cache_aware's on the same sessions and requests
