@@ -63,6 +63,8 @@ class CoreStats(RuleStats):
     insert_writes: int = 0
     closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
     ssd_evicted_unread: int = 0  # SSD copies evicted before any read
+    ssd_hit_requests: int = 0  # requests whose plan reads a block from SSD
+    dram_after_ssd_requests: int = 0  # of those, plans reading a block from DRAM after one from SSD ("flat" DRAM only)
 
 
 class KeySet:
@@ -170,6 +172,9 @@ class SariaCore:
             dram.access_many(hit)
         else:
             src = bytes(plan.sources)  # DRAM or SSD per block: C loops select each source's blocks
+            self.stats.ssd_hit_requests += 1
+            if src.find(DRAM, src.find(SSD)) >= 0:
+                self.stats.dram_after_ssd_requests += 1
             dram.access_many(compress(hit, src[::-1].translate(_FROM_DRAM)))
             ssd_hits = list(compress(keys, src.translate(_FROM_SSD)))  # head first
             ssd.count_reads(ssd_hits, self.block_bytes)

@@ -124,6 +124,8 @@ def test_tree_residency_never_has_the_shape_and_flat_does(policy, promotion):
             plan, _, _ = run_request(core, keys, float(i))
             shapes += dram_after_ssd(plan)
             bad += bool(orphans(core))
+        assert core.stats.dram_after_ssd_requests == shapes  # the core's own count of the shape
+        assert core.stats.ssd_hit_requests > shapes
         seen[residency] = (shapes, bad)
     assert seen["tree"] == (0, 0)
     assert seen["flat"][0] > 0 and seen["flat"][1] > 0
