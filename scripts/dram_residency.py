@@ -10,6 +10,7 @@ after SSD (the core's ``CoreStats``). ``render`` prints the table: each policy a
 residency's frontier at its own CHAR (``saria-admission-sweep``'s ``judge``), and the tree/flat ratios.
 
     scripts/dram_residency.py run --workload weka:1-175 --ssd-tokens 2000000 --json /tmp/dr.json
+    scripts/dram_residency.py timing --workload weka:1-360 --json /tmp/dr.json   # auto / E2, flat and tree
     scripts/dram_residency.py render /tmp/dr.json
 
 ``run`` appends to ``--json`` (one record per setting and residency, written as each ends), so a
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -58,6 +60,32 @@ def run_residency(s: Setting, residency: str, policies: tuple[str, ...], max_pas
     return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
             "ssd_tokens": base.capacity.ssd_tokens, "dram_tokens": base.capacity.dram_tokens,
             "dram_residency": residency, "frontier": frontier, "frontier_s": time.perf_counter() - t0, "rows": rows}
+
+
+def timing(workload: str, model: str, policies: list[str], repeats: int) -> dict:
+    """Replay time per (residency, policy) at the default capacities, all interleaved in each round (a
+    loaded machine slows all alike)."""
+    s = Setting(workload, model, 6500.0, 0)
+    spec, sessions, settings, starts, base = _replay_inputs(s)
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for residency in DRAM_RESIDENCIES:
+            for policy in policies:
+                cfg = replace(base, metadata=replace(base.metadata, dram_residency=residency),
+                              admission=AdmissionConfig(policy=policy)).validate()
+                t0 = time.perf_counter()
+                replay(sessions, starts, cfg, spec, settings)
+                runs.setdefault(f"{residency} {policy}", []).append(time.perf_counter() - t0)
+    return {"workload": workload, "model": model, "runs": runs}
+
+
+def render_timing(t: dict) -> str:
+    """Median replay time per (residency, policy), against eviction:E2 with the same residency."""
+    med = {k: statistics.median(v) for k, v in t["runs"].items()}
+    rows = [[t["workload"], t["model"], *k.split(" ", 1), f"{m:.2f}", str(len(t["runs"][k])),
+             f"{m / med[k.split(' ', 1)[0] + ' eviction:E2']:.2f}x" if k.split(" ", 1)[0] + " eviction:E2" in med else "-"]
+            for k, m in med.items()]
+    return md_table(["workload", "model", "DRAM residency", "policy", "median s", "runs", "vs eviction:E2 (same DRAM)"], rows)
 
 
 def _key(rec: dict) -> tuple:
@@ -105,6 +133,8 @@ def render(doc: dict) -> str:
     out = [md_table(["workload", "model", "tok/s", "SSD", "DRAM residency", "policy", "W/C", "CHAR", "frontier W/C at CHAR",
                      "W / frontier", "promoted blocks", "DRAM after SSD / SSD-hit requests",
                      "replay (frontier: all at fixed point)"], rows)]
+    if doc.get("timing"):
+        out += ["", render_timing(doc["timing"])]
     if deltas:
         out += ["", md_table(["workload", "model", "tok/s", "SSD", "policy", "CHAR tree - flat", "W/C tree / flat",
                               "W / frontier flat -> tree"], deltas)]
@@ -124,11 +154,24 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--policies", nargs="+", default=list(POLICIES))
     r.add_argument("--max-passes", type=int, default=40, help="the frontier's guard per point")
     r.add_argument("--json", type=Path, required=True)
+    t = sub.add_parser("timing", help="replay time, flat and tree, into --json's \"timing\"")
+    t.add_argument("--workload", default="weka:1-360")
+    t.add_argument("--model", default="qwen3-8b")
+    t.add_argument("--policies", nargs="+", default=["auto", "eviction:E2"])
+    t.add_argument("--repeats", type=int, default=3)
+    t.add_argument("--json", type=Path, required=True)
     d = sub.add_parser("render", help="the tables of a run's JSON")
     d.add_argument("json", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "render":
         print(render(json.loads(args.json.read_text())), end="")
+        return 0
+    if args.cmd == "timing":
+        t = timing(args.workload, args.model, args.policies, args.repeats)
+        doc = json.loads(args.json.read_text()) if args.json.exists() else {"records": []}
+        doc["timing"] = t
+        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        print(render_timing(t))
         return 0
     s = Setting(args.workload, args.model, args.prefill_tps, args.ssd_tokens)
     for residency in args.residency or DRAM_RESIDENCIES:
