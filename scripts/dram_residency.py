@@ -5,13 +5,14 @@ SGLang 0.5.23's host tier ("tree": every DRAM block's ancestors in DRAM), on the
 For each setting and each ``metadata.dram_residency`` it builds the clairvoyant frontier
 (``replay/frontier.py``) and replays ``auto``, ``eviction:E2``, ``full-duplicate`` and ``oracle``
 (the sweep's row: at most ``ReplaySettings.oracle_max_passes`` passes), recording writes over the SSD
-capacity, CHAR, replay time, GPU -> DRAM promotions and how many requests with an SSD hit read DRAM
-after SSD (the core's ``CoreStats``). ``render`` prints the table: each policy against its own
+capacity, CHAR, replay time, GPU -> DRAM promotions, how many requests with an SSD hit read DRAM
+after SSD and the writes the sequencer refused for want of credit (the core's ``CoreStats``), and the
+mean queueing delay. ``render`` prints the table: each policy against its own
 residency's frontier at its own CHAR (``saria-admission-sweep``'s ``judge``), and the tree/flat ratios.
 
     scripts/dram_residency.py run --workload weka:1-175 --ssd-tokens 2000000 --json /tmp/dr.json
     scripts/dram_residency.py timing --workload weka:1-360 --json /tmp/dr.json   # auto / E2, flat and tree
-    scripts/dram_residency.py render /tmp/dr.json
+    scripts/dram_residency.py render /tmp/dr.json [--update-doc docs/admission.md]
 
 ``run`` appends to ``--json`` (one record per setting and residency, written as each ends), so a
 setting interrupted or added later keeps the others.
@@ -27,7 +28,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sglang_saria.bench.admission_sweep import Setting, _replay_inputs, judge
+from sglang_saria.bench.admission_sweep import Setting, _replay_inputs, judge, parse_variant
 from sglang_saria.config import DRAM_RESIDENCIES, AdmissionConfig
 from sglang_saria.replay.driver import replay
 from sglang_saria.replay.frontier import DEFAULT_SHARES, Frontier, build_frontier
@@ -42,17 +43,19 @@ def run_residency(s: Setting, residency: str, policies: tuple[str, ...], max_pas
     spec, sessions, settings, starts, base = _replay_inputs(s)
     base = replace(base, metadata=replace(base.metadata, dram_residency=residency)).validate()
     rows = []
-    for policy in policies:
-        cfg = replace(base, admission=AdmissionConfig(policy=policy)).validate()
+    for text in policies:
+        policy, changes = parse_variant(text)
+        cfg = replace(base, admission=AdmissionConfig(policy=policy, **changes)).validate()
         t0 = time.perf_counter()
         res = replay(sessions, starts, cfg, spec, settings)
         m, st = res.metrics, res.core.stats
-        rows.append({"policy": policy, "writes_norm": m["ssd_writes_norm"], "char": m["char"],
+        rows.append({"policy": text, "writes_norm": m["ssd_writes_norm"], "char": m["char"],
                      "requests": m["requests"], "request_set": m["request_set"],
                      "writes_never_read_frac": m["writes_never_read_frac"], "replay_s": time.perf_counter() - t0,
+                     "credit_refused": st.credit_refused, "queue_mean_s": m["queue_mean_s"],
                      "promoted_blocks": st.promoted_blocks, "ssd_hit_requests": st.ssd_hit_requests,
                      "dram_after_ssd_requests": st.dram_after_ssd_requests})
-        print(f"  {residency} {policy}: W/C {m['ssd_writes_norm']:.2f} CHAR {m['char']:.3f} "
+        print(f"  {residency} {text}: W/C {m['ssd_writes_norm']:.2f} CHAR {m['char']:.3f} "
               f"({rows[-1]['replay_s']:.0f} s)", file=sys.stderr, flush=True)
     same_requests(rows)
     t0 = time.perf_counter()
@@ -104,7 +107,7 @@ def render(doc: dict) -> str:
         best = max(fr.points, key=lambda p: p.char)
         where = [rec["workload"], rec["model"], f"{rec['prefill_tps']:,.0f}", f"{rec['ssd_tokens'] / 1e6:g}M",
                  rec["dram_residency"]]
-        rows.append(where + ["frontier", f"{best.writes_norm:.2f}", f"{fr.best_char:.3f}", "-", "-", "-", "-",
+        rows.append(where + ["frontier", f"{best.writes_norm:.2f}", f"{fr.best_char:.3f}", "-", "-", "-", "-", "-", "-",
                              "yes" if fr.converged else "**no**"])
         for r in rec["rows"]:
             j = judge(rec, r)
@@ -112,7 +115,8 @@ def render(doc: dict) -> str:
             rows.append(where + [r["policy"], f"{r['writes_norm']:.2f}", f"{r['char']:.3f}",
                                  "-" if j["frontier_writes"] is None else f"{j['frontier_writes']:.2f}",
                                  "above frontier" if j["ratio"] is None else f"{j['ratio']:.2f}x",
-                                 f"{r['promoted_blocks']:,}", shape, f"{r['replay_s']:.0f} s"])
+                                 f"{r['promoted_blocks']:,}", shape, f"{r['credit_refused']:,}",
+                                 f"{r['queue_mean_s']:.1f}", f"{r['replay_s']:.0f} s"])
     for key, recs in by_setting.items():
         if set(recs) != set(DRAM_RESIDENCIES):
             continue
@@ -131,14 +135,27 @@ def render(doc: dict) -> str:
                            f"{t['writes_norm'] / r['writes_norm']:.2f}x" if r["writes_norm"] else "-",
                            "-" if jf is None or jt is None else f"{jf:.2f}x -> {jt:.2f}x"])
     out = [md_table(["workload", "model", "tok/s", "SSD", "DRAM residency", "policy", "W/C", "CHAR", "frontier W/C at CHAR",
-                     "W / frontier", "promoted blocks", "DRAM after SSD / SSD-hit requests",
-                     "replay (frontier: all at fixed point)"], rows)]
+                     "W / frontier", "promoted blocks", "DRAM after SSD / SSD-hit requests", "writes refused (credit)",
+                     "mean queue s", "replay (frontier: all at fixed point)"], rows)]
     if doc.get("timing"):
         out += ["", render_timing(doc["timing"])]
     if deltas:
         out += ["", md_table(["workload", "model", "tok/s", "SSD", "policy", "CHAR tree - flat", "W/C tree / flat",
                               "W / frontier flat -> tree"], deltas)]
     return "\n".join(out) + "\n"
+
+
+DOC_BEGIN, DOC_END = "<!-- dram-residency:tables -->", "<!-- /dram-residency -->"
+
+
+def update_doc(doc: dict, path: Path) -> None:
+    """Replace the block between ``DOC_BEGIN`` and ``DOC_END`` in ``path`` by ``render(doc)``."""
+    text = path.read_text()
+    if DOC_BEGIN not in text or DOC_END not in text:
+        raise ValueError(f"{path}: no {DOC_BEGIN} ... {DOC_END} block to update")
+    head, rest = text.split(DOC_BEGIN, 1)
+    tail = rest.split(DOC_END, 1)[1]
+    path.write_text(f"{head}{DOC_BEGIN}\n{render(doc)}{DOC_END}{tail}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ssd-tokens", type=int, default=0, help="0: the default capacity")
     r.add_argument("--residency", choices=DRAM_RESIDENCIES, action="append",
                    help="only these (default: both)")
-    r.add_argument("--policies", nargs="+", default=list(POLICIES))
+    r.add_argument("--policies", nargs="+", default=list(POLICIES),
+                   help="policies, or POLICY@field=value,... (AdmissionConfig fields changed)")
     r.add_argument("--max-passes", type=int, default=40, help="the frontier's guard per point")
     r.add_argument("--json", type=Path, required=True)
     t = sub.add_parser("timing", help="replay time, flat and tree, into --json's \"timing\"")
@@ -162,9 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--json", type=Path, required=True)
     d = sub.add_parser("render", help="the tables of a run's JSON")
     d.add_argument("json", type=Path)
+    d.add_argument("--update-doc", type=Path, help="rewrite this doc's generated block instead of printing")
     args = ap.parse_args(argv)
     if args.cmd == "render":
-        print(render(json.loads(args.json.read_text())), end="")
+        doc = json.loads(args.json.read_text())
+        if args.update_doc:
+            update_doc(doc, args.update_doc)
+        else:
+            print(render(doc), end="")
         return 0
     if args.cmd == "timing":
         t = timing(args.workload, args.model, args.policies, args.repeats)
