@@ -134,3 +134,15 @@ def test_tree_residency_never_has_the_shape_and_flat_does(policy, promotion):
 def test_dram_residency_is_validated():
     with pytest.raises(ConfigError, match="metadata.dram_residency='radix'"):
         MetadataConfig(dram_residency="radix").validate()
+
+
+@pytest.mark.parametrize("placement", ["grid", "prefix-end"])
+def test_tree_residency_holds_on_a_hybrid_model(placement):
+    """GDN checkpoints change node sizes (a node re-enters DRAM at its new size, ``_keep_states``) and
+    plans end on checkpoints: the tree shape holds all the same, with SSD hits planned."""
+    core = make_core("eviction:E2", dram_blocks=6, ssd_blocks=40, hybrid=True, checkpoint_placement=placement,
+                     promotion="saria", ratio=0.5, dram_residency="tree")
+    for i, keys in enumerate(_random_requests(11, 400)):
+        plan, _, _ = run_request(core, keys, float(i))
+        assert not dram_after_ssd(plan) and not orphans(core)
+    assert core.stats.ssd_hit_requests > 0 and core.stats.dram_after_ssd_requests == 0
