@@ -53,6 +53,8 @@ def run_residency(s: Setting, residency: str, policies: tuple[str, ...], max_pas
                      "requests": m["requests"], "request_set": m["request_set"],
                      "writes_never_read_frac": m["writes_never_read_frac"], "replay_s": time.perf_counter() - t0,
                      "credit_refused": st.credit_refused, "queue_mean_s": m["queue_mean_s"],
+                     "closure_forced": st.closure_forced, "dram_evictions": st.dram_evictions,
+                     "decisions": dict(getattr(res.core.admission, "decisions", None) or {}),
                      "promoted_blocks": st.promoted_blocks, "ssd_hit_requests": st.ssd_hit_requests,
                      "dram_after_ssd_requests": st.dram_after_ssd_requests})
         print(f"  {residency} {text}: W/C {m['ssd_writes_norm']:.2f} CHAR {m['char']:.3f} "

@@ -18,7 +18,7 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, SSD, ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, ROOT, SSD, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
@@ -548,6 +548,8 @@ class SariaCore:
         n = self.promotion.promotion_set(now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head, self.robust)
         for k in reversed(candidates[:n]) if pinned is None else candidates[:n]:  # flat: deepest first, as everywhere
             node = nodes[k]
+            if pinned is not None and node.parent != ROOT and not nodes[node.parent].fa_loc & DRAM:
+                return  # its parent left DRAM while the request ran (held nowhere now): no copy past the gap
             nbytes = self._dram_insert(k, node, acts, () if pinned is None else pinned)
             if nbytes is None:
                 return

@@ -6,8 +6,9 @@ import random
 import pytest
 
 from sglang_saria.config import ConfigError, MetadataConfig
+from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.metadata import DRAM, ROOT, SSD
-from sglang_saria.replay.core import SariaCore
+from sglang_saria.replay.core import Actions, SariaCore
 
 from tests.mem_cache.helpers import make_core, run_request
 
@@ -146,3 +147,31 @@ def test_tree_residency_holds_on_a_hybrid_model(placement):
         plan, _, _ = run_request(core, keys, float(i))
         assert not dram_after_ssd(plan) and not orphans(core)
     assert core.stats.ssd_hit_requests > 0 and core.stats.dram_after_ssd_requests == 0
+
+
+def test_tree_promotion_stops_at_a_prefix_block_that_left_dram_while_the_request_ran():
+    """Block 1 (DRAM only) is evicted by another request between the request's begin and finish; the
+    promotion of the SSD hits 2, 3 after it would leave them behind a missing ancestor: none is copied."""
+    core = make_core("eviction:E2", dram_blocks=4, ssd_blocks=32, promotion="full", rule="paper", p_tau=0.5,
+                     dram_residency="tree")  # DRAM's head is displaceable once idle for P_tau
+    run_request(core, [1, 2, 3], 0.0)
+    for k in (2, 3):  # on SSD only
+        core._write(k, core.metadata.get(k), Actions(), AdmissionEvent.INSERT)
+        core.dram.remove(k)
+        core.metadata.get(k).fa_loc &= ~DRAM
+    plan, _ = core.begin_request([1, 2, 3], 1.0)
+    assert plan.sources == [DRAM, SSD, SSD]
+    run_request(core, [10, 11, 12, 13], 2.0)  # fills DRAM: block 1 goes (E2: not written at its first eviction)
+    assert core.metadata.get(1).fa_loc == 0
+    acts = core.finish_request([1, 2, 3], plan, 3.0)
+    assert acts.promotions == [] and orphans(core) == []
+    flat = make_core("eviction:E2", dram_blocks=4, ssd_blocks=32, promotion="full", rule="paper", p_tau=0.5)
+    run_request(flat, [1, 2, 3], 0.0)
+    for k in (2, 3):
+        flat._write(k, flat.metadata.get(k), Actions(), AdmissionEvent.INSERT)
+        flat.dram.remove(k)
+        flat.metadata.get(k).fa_loc &= ~DRAM
+    plan, _ = flat.begin_request([1, 2, 3], 1.0)
+    run_request(flat, [10, 11, 12, 13], 2.0)
+    assert sorted(flat.finish_request([1, 2, 3], plan, 3.0).promotions) == [2, 3]  # flat copies them behind the gap
+    assert sorted(orphans(flat)) == [2]
