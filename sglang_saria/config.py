@@ -21,6 +21,7 @@ TRANSFER_MODES = ("serial", "overlap", "coordinated")
 PLANNERS = ("saria", "lmcache", "gds-only")
 ADMISSION_RULES = ("robust", "paper")
 CHECKPOINT_PLACEMENTS = ("sglang", "grid", "prefix-end")  # MetadataConfig.checkpoint_placement
+DRAM_RESIDENCIES = ("flat", "tree")  # MetadataConfig.dram_residency
 # SGLang 0.5.23's default --chunked-prefill-size on an H100/H200-class GPU (arg_groups/memory_hook.py:
 # 8,192 from 60 to 160 GB of GPU memory; 4,096 below or when the memory is unknown, 16,384 above)
 SGLANG_CHUNKED_PREFILL_TOKENS = 8192
@@ -122,6 +123,12 @@ class MetadataConfig:
     checkpoint_placement: str = "grid"
     # "sglang" placement: SGLang's `--chunked-prefill-size` (tokens per prefill chunk of a request)
     prefill_chunk_tokens: int = SGLANG_CHUNKED_PREFILL_TOKENS
+    # which blocks the replay's DRAM tier may hold (the replay; the server's host tier is always a tree):
+    # "flat": any block, whatever its ancestors (the default, which the committed doc data was replayed
+    # with); "tree": as SGLang 0.5.23's host tier, every DRAM block's ancestors are in DRAM (write-through
+    # backs a block's unbacked ancestors up with it, top-down; host eviction takes leaves), so a request
+    # never reads DRAM after SSD (replay/core.py, `_enter_dram_tree`)
+    dram_residency: str = "flat"
 
     def validate(self, prefix: str = "metadata") -> None:
         _check(self.block_tokens > 0, f"{prefix}.block_tokens", self.block_tokens, "must be > 0")
@@ -134,6 +141,8 @@ class MetadataConfig:
         _check(self.metadata_window_s > 0, f"{prefix}.metadata_window_s", self.metadata_window_s, "must be > 0")
         _check(self.checkpoint_placement in CHECKPOINT_PLACEMENTS, f"{prefix}.checkpoint_placement",
                self.checkpoint_placement, f"must be one of {', '.join(CHECKPOINT_PLACEMENTS)}")
+        _check(self.dram_residency in DRAM_RESIDENCIES, f"{prefix}.dram_residency", self.dram_residency,
+               f"must be one of {', '.join(DRAM_RESIDENCIES)}")
         grid = self.sglang_state_grid_tokens
         _check(self.prefill_chunk_tokens >= grid and self.prefill_chunk_tokens % self.block_tokens == 0,
                f"{prefix}.prefill_chunk_tokens", self.prefill_chunk_tokens,

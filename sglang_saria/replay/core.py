@@ -18,7 +18,7 @@ from sglang_saria.config import SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.eviction import make_eviction
-from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, SSD, ContextMetadata, ContextNode
+from sglang_saria.mem_cache.metadata import DRAM, NO_CHECKPOINT, ROOT, SSD, ContextMetadata, ContextNode
 from sglang_saria.mem_cache.planner import ReloadPlan, plan_nodes, plan_reload
 from sglang_saria.mem_cache.promotion import PromotionController
 from sglang_saria.mem_cache.sequencer import RuleStats, WriteSequencer
@@ -63,6 +63,8 @@ class CoreStats(RuleStats):
     insert_writes: int = 0
     closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
     ssd_evicted_unread: int = 0  # SSD copies evicted before any read
+    ssd_hit_requests: int = 0  # requests whose plan reads a block from SSD
+    dram_after_ssd_requests: int = 0  # of those, plans reading a block from DRAM after one from SSD ("flat" DRAM only)
 
 
 class KeySet:
@@ -105,6 +107,7 @@ class SariaCore:
         self.admission = make_admission_policy(cfg.admission.policy, cfg.admission, cfg.capacity.ssd_tokens * spec.kv_bytes_per_token)
         self.promotion = PromotionController.from_config(cfg.promotion, cfg.bandwidth)
         self.planner = cfg.transfer.planner
+        self._tree = cfg.metadata.dram_residency == "tree"  # DRAM holds every resident block's ancestors
         state_slots = cfg.capacity.dram_checkpoints if self.hybrid else 0
         self.dram = Tier(DRAM, cfg.capacity.dram_tokens, make_eviction(dram_eviction), state_slots)
         # the SSD victim order shared with the server's store (mem_cache/ssd_order.py)
@@ -169,6 +172,9 @@ class SariaCore:
             dram.access_many(hit)
         else:
             src = bytes(plan.sources)  # DRAM or SSD per block: C loops select each source's blocks
+            self.stats.ssd_hit_requests += 1
+            if src.find(DRAM, src.find(SSD)) >= 0:
+                self.stats.dram_after_ssd_requests += 1
             dram.access_many(compress(hit, src[::-1].translate(_FROM_DRAM)))
             ssd_hits = list(compress(keys, src.translate(_FROM_SSD)))  # head first
             ssd.count_reads(ssd_hits, self.block_bytes)
@@ -193,20 +199,34 @@ class SariaCore:
         """Prefill done: newly computed blocks enter DRAM, SSD hits may be promoted.
 
         DRAM evictions run admission (write-before-reclaim); then prewrite examines the
-        eviction end of DRAM; finally stale metadata is reclaimed.
+        eviction end of DRAM; finally stale metadata is reclaimed. Which blocks DRAM takes
+        follows ``metadata.dram_residency`` (``_enter_dram_flat`` / ``_enter_dram_tree``).
         """
         self._tick(now)
         acts = Actions()
+        self._hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
+        cached = self._place_states(keys, plan) if self._place_states is not None else len(keys)
+        if self._tree:
+            self._enter_dram_tree(keys, plan, cached, now, acts)
+        else:
+            self._enter_dram_flat(keys, plan, cached, now, acts)
+        if self._prewrite:
+            self._prewrite_scan(acts)
+        self._hbm = ()
+        self.metadata.reclaim(now)
+        return acts
+
+    def _enter_dram_flat(self, keys: list[int], plan: ReloadPlan, cached: int, now: float, acts: Actions) -> None:
+        """``dram_residency = "flat"``: each computed block of ``keys[n_hit:cached]`` enters DRAM (deepest
+        first), whatever its ancestors; then the promotion's share of the SSD hits. A block may so sit in
+        DRAM behind an SSD-only ancestor, and a later request read DRAM after SSD."""
         nodes = self.metadata.nodes
         dram = self.dram
         sizes = self._dram_sizes
-        decide = self.sequencer.insert if self.admission.writes_ssd else None
-        view, floors = self.view, self._floors
+        admit = self.admission.writes_ssd
         dram_cap = dram.capacity_tokens
         state_pool = dram.capacity_states > 0
-        self._hbm = hbm = KeySet(keys) if self.robust else ()  # on the GPU until this call returns: a write source
         n_hit = plan.n_blocks
-        cached = self._place_states(keys, plan) if self._place_states is not None else len(keys)
         for k in reversed(keys[n_hit:cached]):  # deepest first: tails age before heads
             node = nodes.get(k)
             if node is None:  # reclaimed while the request ran; it is recomputed as new
@@ -223,21 +243,86 @@ class SariaCore:
                 node.fa_loc |= DRAM
                 if node.ck_loc >= 0:
                     node.ck_loc |= DRAM
-            if decide is not None and not node.fa_loc & SSD:
-                r_min, e_min, ck_min = floors.get(_INSERT) or self._write_floor(_INSERT)
-                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
-                    chain = decide(view, k, node, hbm)
-                    if chain:
-                        self._execute(chain, _INSERT, acts)
+            if admit and not node.fa_loc & SSD:
+                self._admit_computed(k, node, acts)
         if n_hit:
             self._refresh_prefix(keys, n_hit)
         if plan.uses_ssd and self.promotion.r_eff > 0:
             self._promote(keys, plan, now, acts)
-        if self._prewrite:
-            self._prewrite_scan(acts)
-        self._hbm = ()
-        self.metadata.reclaim(now)
-        return acts
+
+    def _enter_dram_tree(self, keys: list[int], plan: ReloadPlan, cached: int, now: float, acts: Actions) -> None:
+        """``dram_residency = "tree"``: DRAM takes the request's blocks as SGLang 0.5.23's host tier does,
+        so every DRAM block's ancestors are in DRAM and no request reads DRAM after SSD.
+
+        - The promotion's share of the SSD hits first (``SariaRadixCache.checkpoint`` promotes before the
+          request's insert); then, if the request computed blocks, ``keys[:cached]`` head first, each block
+          not in DRAM entering it: write-through of a new leaf backs up its unbacked ancestors with it,
+          ancestors first (``UnifiedTreeCore._build_backup_kv_action``), so SSD hits the promotion left
+          out are copied too (counted as promotions: the same GPU -> DRAM copy).
+        - The request's blocks are never DRAM victims (in the server they are on the GPU and locked, and
+          host eviction takes only blocks off the GPU, ``UnifiedTreeCore._is_host_leaf``): they are made
+          the most recent first, so victims are other requests' blocks; when only the request's are left,
+          the chain stops there, as a backup chain stops at the first block host memory has no room for
+          (``UnifiedRadixCache._execute_and_commit_kv_backup``).
+        - Every touch of a block is followed by touches of its ancestors (deepest first, here and in
+          ``begin_request``), so a block is never older than its descendants and the LRU victim has no
+          DRAM child: DRAM evicts leaves, as ``UnifiedTreeCore`` does.
+        """
+        dram = self.dram
+        n_hit = plan.n_blocks
+        pinned = KeySet(keys)
+        dram.access_resident(keys[::-1])  # deepest first: the request's blocks, most recent, head last
+        if plan.uses_ssd and self.promotion.r_eff > 0:
+            self._promote(keys, plan, now, acts, pinned)
+        if cached > n_hit:
+            self._chain_into_dram(keys, n_hit, cached, acts, pinned)
+        dram.access_resident(keys[cached - 1 :: -1] if cached else [])  # head most recent (_refresh_prefix)
+
+    def _chain_into_dram(self, keys: list[int], n_hit: int, cached: int, acts: Actions, pinned: Container[int]) -> None:
+        """Put ``keys[:cached]`` in DRAM head first (``_enter_dram_tree``): a block of the reused prefix
+        (``< n_hit``) not in DRAM is copied from the GPU as a promotion, a computed one enters and meets
+        admission. Stops at the first block DRAM has no room for (only ``pinned`` blocks left to evict);
+        blocks past it that DRAM holds (a hybrid node re-entering at a new size, ``_keep_states``) are
+        reclaimed, deepest first, so none sits behind a missing ancestor."""
+        nodes = self.metadata.nodes
+        dram = self.dram
+        admit = self.admission.writes_ssd
+        dram_cap = dram.capacity_tokens
+        for i in range(cached):
+            k = keys[i]
+            node = nodes.get(k)
+            if node is None:  # reclaimed while the request ran (held nowhere): nothing past it is held either
+                return
+            if node.fa_loc & DRAM:
+                continue
+            tokens = self._dram_sizes[node.ck_loc >= 0][0]
+            if tokens <= dram_cap:  # else (e.g. GDS-only) DRAM holds nothing: straight to admission
+                nbytes = self._dram_insert(k, node, acts, pinned)
+                if nbytes is None:
+                    for j in range(cached - 1, i, -1):
+                        deeper = nodes.get(keys[j])
+                        if deeper is not None and deeper.fa_loc & DRAM:
+                            self._reclaim_dram(keys[j], deeper, acts)
+                    return
+                node.fa_loc |= DRAM
+                if node.ck_loc >= 0:
+                    node.ck_loc |= DRAM
+                if i < n_hit:
+                    acts.promotions.append(k)
+                    acts.promotion_bytes += nbytes
+                    self.stats.promoted_blocks += 1
+                    continue
+            if admit and i >= n_hit and not node.fa_loc & SSD:
+                self._admit_computed(k, node, acts)
+
+    def _admit_computed(self, key: int, node: ContextNode, acts: Actions) -> None:
+        """Admission of a block the request computed, not on SSD (``INSERT``): the sequencer is asked
+        only when the node clears its write floor."""
+        r_min, e_min, ck_min = self._floors.get(_INSERT) or self._write_floor(_INSERT)
+        if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+            chain = self.sequencer.insert(self.view, key, node, self._hbm)
+            if chain:
+                self._execute(chain, _INSERT, acts)
 
     # ------------------------------------------------------------- internals
     def _tick(self, now: float) -> None:
@@ -257,13 +342,15 @@ class SariaCore:
         """(tokens, bytes) of a node's objects; boundary nodes carry their GDN checkpoint."""
         return self._sizes[node.ck_loc >= 0]
 
-    def _dram_insert(self, key: int, node: ContextNode, acts: Actions) -> int:
-        """Make room for ``node`` in DRAM (write-before-reclaim) and insert it; returns its bytes."""
+    def _dram_insert(self, key: int, node: ContextNode, acts: Actions, pinned: Container[int] = ()) -> int | None:
+        """Make room for ``node`` in DRAM (write-before-reclaim) and insert it; returns its bytes, or None
+        when only ``pinned`` blocks were left to evict (nothing inserted)."""
         state = node.ck_loc >= 0
         tokens, nbytes = self._dram_sizes[state]
         dram = self.dram
         if dram.free_tokens < tokens or (state and dram.states_full):
-            self._evict_dram(tokens, acts, state)
+            if not self._evict_dram(tokens, acts, state, pinned):
+                return None
         dram.insert(key, tokens, nbytes, state and dram.capacity_states > 0)
         return nbytes
 
@@ -396,9 +483,11 @@ class SariaCore:
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
         return True
 
-    def _evict_dram(self, need_tokens: int, acts: Actions, need_state: bool = False) -> None:
+    def _evict_dram(self, need_tokens: int, acts: Actions, need_state: bool = False,
+                    pinned: Container[int] = ()) -> bool:
         """Free ``need_tokens`` of DRAM (and a state slot if ``need_state`` and DRAM has a state pool)
-        from the eviction end; write-before-reclaim.
+        from the eviction end; write-before-reclaim. False (room not made) when the next victim is
+        ``pinned``: the blocks of the request being served under ``dram_residency = "tree"``.
 
         The sequencer decides with this eviction counted; the eviction is counted (``E += 1``) before
         the write runs, as the reclaim follows at once (SGLang counts it at its deferred reclaim).
@@ -406,30 +495,39 @@ class SariaCore:
         reclaimed without asking it, so an eviction costs few Python calls."""
         dram = self.dram
         nodes = self.metadata.nodes
-        seq, view, hbm, floors = self.sequencer, self.view, self._hbm, self._floors
         max_used = dram.capacity_tokens - need_tokens  # at most this many used tokens leave room
-        evicted = acts.dram_evictions
-        n_before = len(evicted)
         while (dram.used_tokens > max_used or (need_state and dram.states_full)) and dram.used_tokens:  # entries: > 0 tokens
             k = dram.victim()
-            node = nodes[k]
-            chain = None
-            if not node.fa_loc & SSD:
-                r_min, e_min, ck_min = floors.get(_EVICT) or self._write_floor(_EVICT)
-                if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
-                    chain = seq.evict(view, k, node, hbm)
-            node.E += 1
-            if chain:
-                self._execute(chain, _EVICT, acts)
-            dram.remove(k)
-            node.fa_loc &= ~DRAM
-            if node.ck_loc >= 0:
-                node.ck_loc &= ~DRAM
-            evicted.append(k)
-        self.stats.dram_evictions += len(evicted) - n_before
+            if k in pinned:
+                return False
+            self._reclaim_dram(k, nodes[k], acts)
+        return True
 
-    def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions) -> None:
-        """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix."""
+    def _reclaim_dram(self, key: int, node: ContextNode, acts: Actions) -> None:
+        """Evict ``key`` from DRAM: admission decides on a write first if it is not on SSD (the
+        sequencer's floor asked inline), then its DRAM copy goes."""
+        chain = None
+        if not node.fa_loc & SSD:
+            r_min, e_min, ck_min = self._floors.get(_EVICT) or self._write_floor(_EVICT)
+            if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
+                chain = self.sequencer.evict(self.view, key, node, self._hbm)
+        node.E += 1
+        if chain:
+            self._execute(chain, _EVICT, acts)
+        self.dram.remove(key)
+        node.fa_loc &= ~DRAM
+        if node.ck_loc >= 0:
+            node.ck_loc &= ~DRAM
+        acts.dram_evictions.append(key)
+        self.stats.dram_evictions += 1
+
+    def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions,
+                 pinned: Container[int] | None = None) -> None:
+        """Replicate leading SSD-hit nodes into DRAM up to ``r_eff`` of the reused prefix.
+
+        ``pinned`` (``dram_residency = "tree"``): these blocks are never victims, and the promoted nodes
+        go in head first, stopping where DRAM has no room, so each one's parent is in DRAM before it;
+        else deepest first (the head most recent)."""
         nodes = self.metadata.nodes
         prefix = keys[: plan.n_blocks]
         # FA locations now (0: reclaimed while the request ran); C calls count and select them
@@ -448,9 +546,13 @@ class SariaCore:
         # DRAM's eviction end, read lazily (promotion's rule decides, as for SGLang's host leaves)
         head = ((nodes[k], bool(nodes[k].fa_loc & SSD), dram.size_of(k)[0]) for k in dram.victims())
         n = self.promotion.promotion_set(now, plan.n_blocks, in_dram, sizes, dram.free_tokens, head, self.robust)
-        for k in reversed(candidates[:n]):  # deepest first, as everywhere (head most recent)
+        for k in reversed(candidates[:n]) if pinned is None else candidates[:n]:  # flat: deepest first, as everywhere
             node = nodes[k]
-            nbytes = self._dram_insert(k, node, acts)
+            if pinned is not None and node.parent != ROOT and not nodes[node.parent].fa_loc & DRAM:
+                return  # its parent left DRAM while the request ran (held nowhere now): no copy past the gap
+            nbytes = self._dram_insert(k, node, acts, () if pinned is None else pinned)
+            if nbytes is None:
+                return
             node.fa_loc |= DRAM
             if node.ck_loc >= 0:
                 node.ck_loc |= DRAM

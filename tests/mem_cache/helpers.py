@@ -19,14 +19,15 @@ def make_core(policy: str = "eviction:E2", dram_blocks: int = 4, ssd_blocks: int
               checkpoint_blocks: int = 2, prewrite: bool = False, promotion: str = "zero", ratio: float = 0.4,
               p_tau: float = 60.0, planner: str = "saria", window_s: float = 1000.0, bw=(48.0, 20.0, 48.0),
               rule: str = "robust", checkpoint_placement: str = "grid", dram_checkpoints: int = 0,
-              prefill_chunk_tokens: int = 8192) -> SariaCore:
+              prefill_chunk_tokens: int = 8192, dram_residency: str = "flat") -> SariaCore:
     spec = HYBRID_SPEC if hybrid else FA_SPEC
     per_block = BT + (spec.checkpoint_token_equiv if hybrid else 0)  # capacity in "blocks" for hand counting
     cfg = SariaConfig.from_dict(
         {
             "admission": {"policy": policy, "prewrite": prewrite, "prewrite_depth_blocks": 2, "rule": rule},
             "metadata": {"block_tokens": BT, "checkpoint_tokens": BT * checkpoint_blocks, "metadata_window_s": window_s,
-                         "checkpoint_placement": checkpoint_placement, "prefill_chunk_tokens": prefill_chunk_tokens},
+                         "checkpoint_placement": checkpoint_placement, "prefill_chunk_tokens": prefill_chunk_tokens,
+                         "dram_residency": dram_residency},
             "promotion": {"mode": promotion, "ratio": ratio, "p_tau_s": p_tau},
             "bandwidth": {"ingress_gbps": bw[0], "gds_gbps": bw[1], "dram_gbps": bw[2]},
             "transfer": {"planner": planner},
