@@ -10,6 +10,7 @@ import pytest
 
 from sglang_saria.bench.admission_sweep import CHAR_SLACK, WRITES_BOUND, render
 from sglang_saria.model_specs import get_model_spec
+from tests.doc_blocks import marked_block
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "admission.md"
@@ -24,8 +25,7 @@ def doc():
 
 @pytest.fixture(scope="module")
 def block():
-    text = DOC.read_text()
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].strip("\n") + "\n"
+    return marked_block(DOC, BEGIN, END).rstrip("\n") + "\n"
 
 
 def pareto(points):

@@ -12,21 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.doc_blocks import marked_block
+
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "admission.md"
 DATA = ROOT / "docs" / "data" / "dram-residency.json"
-BEGIN, END = "<!-- dram-residency:tables -->", "<!-- /dram-residency -->"
+
+
+@pytest.fixture(scope="module")
+def block():
+    return marked_block(ROOT / "docs" / "admission.md", "<!-- dram-residency:tables -->", "<!-- /dram-residency -->")
 
 
 @pytest.fixture(scope="module")
 def doc():
     return json.loads(DATA.read_text())
-
-
-@pytest.fixture(scope="module")
-def block():
-    text = DOC.read_text()
-    return text[text.index(BEGIN) + len(BEGIN):text.index(END)].lstrip("\n")
 
 
 def _script():
