@@ -48,3 +48,17 @@ def test_bad_input_is_named(shared_dir, tmp_path, monkeypatch):
         main(["run", "--workload", "weka:x", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
     with pytest.raises(SystemExit):
         main(["run", "--workload", "tracelab", "--rows-only", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
+
+
+def test_timing_records_wall_and_cpu_seconds_per_policy_interleaved(sweep, capsys):
+    """Each policy gets one wall and one CPU time per round; the table shows both medians against E2's."""
+    assert main(["timing", "--workload", "tracelab", "--policies", "eviction:E2,auto", "--repeats", "2",
+                 "--json", str(sweep)]) == 0
+    t = json.loads(sweep.read_text())["timing"]
+    for key in ("runs", "cpu_runs"):
+        assert list(t[key]) == ["eviction:E2", "auto"]
+        assert all(len(v) == 2 and all(x > 0 for x in v) for v in t[key].values())
+    table = capsys.readouterr().out.split("### Replay time", 1)[1]
+    assert "| tracelab | qwen3-8b | eviction:E2 | 2 |" in table and "| 1.00x |" in table
+    with pytest.raises(SystemExit):  # the baseline must be among the policies
+        main(["timing", "--workload", "tracelab", "--policies", "auto", "--json", str(sweep)])
