@@ -10,7 +10,9 @@ same replay). ``--json`` keeps every record; ``--update-doc`` rewrites the gener
 docs/fleet.md from that JSON (``tests/replay/test_fleet_doc.py`` checks the doc against it and
 recomputes the fleet numbers from the per-node records).
 
-``--skip-sessions K`` drops the first K trace files (a held-out part); ``--session-eps``,
+``--skip-sessions K`` drops the first K trace files (a held-out part); ``--copies N`` replays each
+session group N times as new conversations (``workload.replicate``: a held-out part at the load of the
+whole); ``--session-eps``,
 ``--session-idle``, ``--session-place``, ``--session-wear-moves`` and ``--session-wear-shrink`` override
 the ``session`` router's constants (how they were chosen: docs/fleet.md).
 
@@ -37,7 +39,7 @@ from sglang_saria.replay.metrics import same_requests
 from sglang_saria.replay.report import md_table
 from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
-from sglang_saria.replay.workload import apply_limits, session_starts
+from sglang_saria.replay.workload import apply_limits, replicate, session_starts
 from sglang_saria.session_affinity import PLACE_BY, AffinityConfig
 
 MODELS = ("qwen3-8b", "qwen3.5-9b")
@@ -54,10 +56,11 @@ _WORK: dict[str, Any] = {}
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """Which trace files: the first ``sessions``, less the first ``skip`` of them."""
+    """Which trace files: the first ``sessions``, less the first ``skip`` of them, each ``copies`` times."""
 
     sessions: int = 350
     skip: int = 0
+    copies: int = 1
 
 
 def load_sessions(model: str, work: Workload) -> list:
@@ -68,7 +71,7 @@ def load_sessions(model: str, work: Workload) -> list:
     if work.skip:
         first = {s.session_id for s in load_trace(trace, spec.default_block_tokens, max_sessions=work.skip)}
         ss = [s for s in ss if s.session_id not in first]
-    return apply_limits(ss)
+    return replicate(apply_limits(ss), work.copies, seed=0)
 
 
 def run_one(model: str, policy: str, nodes: int, router: str, work: Workload,
@@ -178,6 +181,9 @@ def format_setup(doc: dict) -> str:
     b = next(r for r in doc["records"] if r["nodes"] == 1)
     skip = doc.get("skip_sessions", 0)
     which = f"WEKA sessions {skip + 1}-{doc['sessions']}" if skip else f"{doc['sessions']} WEKA sessions"
+    if doc.get("copies", 1) > 1:
+        which += (f", each {doc['copies']} times as new conversations (keys salted per copy, the copies in a "
+                  f"seeded random order)")
     line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
             f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight, hybrid GDN states at SGLang's placement; "
             f"{b['fleet']['days']:.3f} days replayed "
@@ -316,13 +322,22 @@ def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
     return _BLOCK.sub(fill, text)
 
 
+def _work_of(d: dict) -> tuple[int, int, int]:
+    """(sessions, skip, copies) of a JSON doc or of the parsed arguments (a doc before ``copies``: 1)."""
+    return d["sessions"], d["skip_sessions"], d.get("copies", 1)
+
+
+def _describe(d: dict) -> str:
+    n, skip, copies = _work_of(d)
+    return f"sessions {n} less {skip}" + (f", {copies} copies" if copies > 1 else "")
+
+
 def baseline_records(path: str, args: argparse.Namespace) -> list[dict]:
     """The cache_aware fleet records of ``path``, which must be of this run's sessions (else a clear error)."""
     with open(path) as fh:
         old = json.load(fh)
-    if (old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions):
-        raise SystemExit(f"saria-fleet-table: --baseline {path}: sessions {old['sessions']} less {old['skip_sessions']}; "
-                         f"this run: {args.sessions} less {args.skip_sessions}")
+    if _work_of(old) != _work_of(vars(args)):
+        raise SystemExit(f"saria-fleet-table: --baseline {path}: {_describe(old)}; this run: {_describe(vars(args))}")
     return [r for r in old.get("records", old.get("baseline", [])) if r["router"] == "cache_aware" and r["nodes"] > 1]
 
 
@@ -333,11 +348,9 @@ def keep_from(args: argparse.Namespace, settings: list[AffinityConfig]) -> list[
         old = json.load(fh)
     parts = old.get("sweep", [old])
     want = [dataclasses.asdict(c) for c in settings]
-    if ((old["sessions"], old["skip_sessions"]) != (args.sessions, args.skip_sessions)
-            or [setting(p) for p in parts] != want):
-        raise SystemExit(f"saria-fleet-table: --keep-from {args.keep_from}: sessions {old['sessions']} less "
-                         f"{old['skip_sessions']}, settings {[setting(p) for p in parts]}; this run: "
-                         f"{args.sessions} less {args.skip_sessions}, {want}")
+    if _work_of(old) != _work_of(vars(args)) or [setting(p) for p in parts] != want:
+        raise SystemExit(f"saria-fleet-table: --keep-from {args.keep_from}: {_describe(old)}, settings "
+                         f"{[setting(p) for p in parts]}; this run: {_describe(vars(args))}, {want}")
     return [[r for r in p["records"] if r["policy"] not in args.policies] for p in parts]
 
 
@@ -363,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="saria-fleet-table", description=__doc__.splitlines()[0])
     p.add_argument("--sessions", type=int, default=350, help="the first N WEKA trace files")
     p.add_argument("--skip-sessions", type=int, default=0, metavar="K", help="less the first K of them (held out)")
+    p.add_argument("--copies", type=int, default=1, metavar="N",
+                   help="replay each session group N times as new conversations (a held-out part at the whole's load)")
     p.add_argument("--session-eps", default=str(AffinityConfig.eps),
                    help="session router's load bound; several (comma-separated) with --session-idle: a sweep")
     p.add_argument("--session-idle", default=str(AffinityConfig.idle_s), metavar="S",
@@ -396,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_path) as fh:
             doc = json.load(fh)
         if args.baseline:  # added to a sweep already run: written back to its JSON
-            args.sessions, args.skip_sessions = doc["sessions"], doc["skip_sessions"]
+            args.sessions, args.skip_sessions, args.copies = _work_of(doc)
             doc["baseline"] = baseline_records(args.baseline, args)
             with open(args.json_path, "w") as fh:
                 json.dump(doc, fh, indent=1)
@@ -405,7 +420,9 @@ def main(argv: list[str] | None = None) -> int:
         args.policies = _csv(args.policies, None, "--policies")
         args.nodes = _csv(args.nodes, None, "--nodes", int)
         args.routers = _csv(args.routers, ROUTERS, "--routers")
-        args.work = Workload(args.sessions, args.skip_sessions)
+        if args.copies < 1:
+            p.error(f"--copies {args.copies}: must be >= 1")
+        args.work = Workload(args.sessions, args.skip_sessions, args.copies)
         settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv), wear_shrink=f).validate()
                     for pl in _csv(args.session_place, PLACE_BY, "--session-place")
                     for mv in _csv(args.session_wear_moves, (0, 1), "--session-wear-moves", int)
@@ -414,7 +431,8 @@ def main(argv: list[str] | None = None) -> int:
                     for i in _csv(args.session_idle, None, "--session-idle", float)]
         if 1 not in args.nodes and len(settings) == 1:
             args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
-        doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions}
+        doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions,
+               **({"copies": args.copies} if args.copies > 1 else {})}
         if args.baseline:
             doc["baseline"] = baseline_records(args.baseline, args)
         kept = keep_from(args, settings) if args.keep_from else None

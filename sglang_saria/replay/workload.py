@@ -163,3 +163,54 @@ def dense_keys(sessions: list[TraceSession]) -> tuple[list[list[np.ndarray]], li
         out.append(per)
         out_shared.append(shared[i - len(s.requests) : i])
     return out, out_shared, len(distinct)
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _salted(keys: np.ndarray, salt: int) -> np.ndarray:
+    """A bijection of 64-bit keys per salt (splitmix64's finaliser of key ^ salt): distinct keys stay
+    distinct, and a salted key meets an existing one with probability ~ n^2 / 2^64."""
+    with np.errstate(over="ignore"):
+        z = keys ^ (np.uint64(salt) * _MIX)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def replicate(sessions: list[TraceSession], copies: int, seed: int) -> list[TraceSession]:
+    """Each session group (a top-level session with its sub-agents) ``copies`` times, the groups in a
+    seeded random order: a workload of the same sessions at ``copies`` x their load.
+
+    Why: a held-out part of a trace has fewer sessions than the load a target is stated at; copies
+    of unseen sessions reach that load without a session any constant was chosen on. A copy is a new
+    conversation with the same shape (requests, sizes, recorded timing): the keys only its group has
+    are salted per copy (so copies share nothing a real second conversation would not), while the
+    keys its group shares with another group (common system prompts, tool schemas) are kept, so
+    cross-session prefix sharing stays as recorded. Copy c > 0 of session ``x`` is ``x#c{c}``.
+    ``copies == 1`` returns the sessions unchanged.
+    """
+    if copies < 1:
+        raise ValueError(f"copies must be >= 1, got {copies}")
+    if copies == 1:
+        return sessions
+    groups: dict[str, list[TraceSession]] = {}
+    for s in sessions:
+        groups.setdefault(s.parent_id or s.session_id, []).append(s)
+    per_group = [np.unique(np.concatenate([r.block_keys for s in g for r in s.requests] or [np.empty(0, np.uint64)]))
+                 for g in groups.values()]
+    keys, n_groups = np.unique(np.concatenate(per_group), return_counts=True)
+    shared = keys[n_groups > 1]
+
+    def copy(s: TraceSession, c: int) -> TraceSession:
+        reqs = []
+        for r in s.requests:
+            k = r.block_keys
+            private = ~np.isin(k, shared)
+            reqs.append(dataclasses.replace(r, block_keys=np.where(private, _salted(k, c), k)))
+        return dataclasses.replace(s, session_id=f"{s.session_id}#c{c}", requests=reqs,
+                                   parent_id=None if s.parent_id is None else f"{s.parent_id}#c{c}")
+
+    out = [list(g) if c == 0 else [copy(s, c) for s in g] for c in range(copies) for g in groups.values()]
+    order = np.random.default_rng(seed).permutation(len(out))
+    return [s for i in order for s in out[i]]

@@ -8,6 +8,7 @@ from sglang_saria.replay.workload import (
     apply_limits,
     dense_keys,
     limit_context,
+    replicate,
     session_start_times,
     session_starts,
 )
@@ -91,3 +92,42 @@ def test_dense_keys_of_requests_extending_their_predecessor_equal_a_full_renumbe
     for got, k in zip(keys[0], reqs):
         assert got.tolist() == [number[x] for x in k.tolist()]
     assert keys[0][3].tolist() == [0, 1, 2, 4]  # numbered as first seen: a request's new blocks are consecutive
+
+
+def _keyed(t, keys):
+    return TraceRequest(t, 0.0, 512 * len(keys), 10, np.array(keys, dtype=np.uint64))
+
+
+def test_replicated_sessions_are_new_conversations_that_keep_cross_group_sharing():
+    """A copy keeps its shape, salts the keys only its group has, keeps keys another group shares, and
+    its sub-agents follow it; the copies are placed in a seeded random order."""
+    sessions = [TraceSession("a", [_keyed(0, [1, 2, 3]), _keyed(5, [1, 2, 3, 4])]),
+                TraceSession("a/sub", [_keyed(0, [1, 2, 9])], parent_id="a", start_offset_s=3.0),
+                TraceSession("b", [_keyed(0, [1, 7])])]
+    assert replicate(sessions, 1, seed=0) is sessions
+    out = replicate(sessions, 3, seed=0)
+    again = replicate(sessions, 3, seed=0)
+    assert [s.session_id for s in again] == [s.session_id for s in out]
+    assert all(np.array_equal(r.block_keys, q.block_keys) for s, t in zip(out, again) for r, q in zip(s.requests, t.requests))
+    assert [s.session_id for s in out] != [s.session_id for s in replicate(sessions, 3, seed=1)]
+    by_id = {s.session_id: s for s in out}
+    assert sorted(by_id) == sorted(f"{x}{c}" for x in ("a", "a/sub", "b") for c in ("", "#c1", "#c2"))
+    for c in ("#c1", "#c2"):
+        a, sub, b = by_id["a" + c], by_id["a/sub" + c], by_id["b" + c]
+        assert sub.parent_id == "a" + c and sub.start_offset_s == 3.0
+        assert [r.t for r in a.requests] == [0, 5] and [r.input_tokens for r in a.requests] == [1536, 2048]
+        k = a.requests[1].block_keys
+        assert k[0] == 1  # shared with group b: kept
+        assert not set(k[1:].tolist()) & {2, 3, 4}  # private to group a: salted
+        assert np.array_equal(a.requests[0].block_keys, k[:3])  # prefix sharing inside the copy stays
+        assert sub.requests[0].block_keys[1] == k[1]  # and with its own sub-agent
+        assert b.requests[0].block_keys[0] == 1 and b.requests[0].block_keys[1] != 7
+    salted = {by_id["a" + c].requests[1].block_keys[3] for c in ("", "#c1", "#c2")}
+    assert len(salted) == 3  # each copy its own keys
+    # every sub-agent follows its parent in the list (session_starts needs the parent's start)
+    seen = set()
+    for s in out:
+        assert s.parent_id is None or s.parent_id in seen
+        seen.add(s.session_id)
+    with pytest.raises(ValueError, match="copies must be >= 1"):
+        replicate(sessions, 0, seed=0)
