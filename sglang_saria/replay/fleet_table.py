@@ -277,9 +277,19 @@ def setting(part: dict) -> dict:
     return {"place_by": "wear", "wear_moves": False, "wear_shrink": 0.0, **part["session_router"]}
 
 
+# constants are chosen on the first this many WEKA trace files only; the rest are held out
+TUNING_SESSIONS = 175
+
+
+def chooses(doc: dict) -> bool:
+    """Whether a sweep ran on the sessions constants are chosen on (the first ``TUNING_SESSIONS``, at any
+    ``copies``); on any other sessions a sweep only shows how the constants move the targets."""
+    return (doc["sessions"], doc["skip_sessions"]) == (TUNING_SESSIONS, 0)
+
+
 def format_sweep(doc: dict) -> str:
     """One row per session-router setting: the worst of its fleets by nodes, and how many meet the targets;
-    the chosen setting marked, unless the sweep ran on held-out sessions (nothing is chosen there)."""
+    the chosen setting marked where the sweep ran on the sessions constants are chosen on (``chooses``)."""
     rows = []
     scores, best = sweep_scores(doc), chosen_setting(doc)
     for part, (met, _, mean) in zip(doc["sweep"], scores):
@@ -292,7 +302,7 @@ def format_sweep(doc: dict) -> str:
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
             cells.append(f"{max(x['dwpd'][0] for x in t):.2f} / {max(x['requests'][0] for x in t):.2f} / "
                          f"{max(x['moved'][0] for x in t):.1%}")
-        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best and not doc.get("skip_sessions") else "")]
+        cells += [f"{mean:.2f}", f"{met} of {len(fleets)}" + (" (chosen)" if c == best and chooses(doc) else "")]
         rows.append(cells)
     nodes = sorted({r["nodes"] for r in doc["sweep"][0]["records"] if r["nodes"] > 1})
     met = "fleets meeting all four (CHAR vs cache_aware's)" if doc.get("baseline") else "fleets meeting all three"

@@ -27,6 +27,10 @@ JSONS = {
     "moves": ("fleet_session_sweep_moves.json", {"sweep"}),
     "halfeps": ("fleet_session_heldout_eps.json", {"sweep"}),
     "halfidle": ("fleet_session_heldout_idle.json", {"sweep"}),
+    "heldout2": ("fleet_session_heldout_x2.json", {"setup", "targets", "main"}),
+    "loadsweep": ("fleet_session_sweep_load.json", {"sweep"}),
+    "loadheld": ("fleet_session_heldout_x2_sweep.json", {"sweep"}),
+    "idle350": ("fleet_session_idle_350.json", {"sweep"}),
 }
 SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
            "wear_moves": AffinityConfig.wear_moves, "wear_shrink": AffinityConfig.wear_shrink}
@@ -166,3 +170,72 @@ def test_keep_from_takes_only_the_policies_not_replayed_and_refuses_another_work
     args.skip_sessions = 0
     with pytest.raises(SystemExit, match="--keep-from .*old.json: sessions 350 less 175"):
         fleet_table.keep_from(args, settings)
+
+
+def _span(values, fmt: str) -> str:
+    lo, hi = f"{min(values):{fmt}}", f"{max(values):{fmt}}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_records_give():
+    """The section on the held-out sessions at the 350 sessions' load: its JSONs are of the sessions and
+    settings it says, and every figure of its two reading paragraphs is recomputed from the records."""
+    held = load("fleet_session_heldout_x2.json")
+    tune, held_sweep, all350 = (load(n) for n in ("fleet_session_sweep_load.json", "fleet_session_heldout_x2_sweep.json",
+                                                  "fleet_session_idle_350.json"))
+    assert (held["sessions"], held["skip_sessions"], held["copies"]) == (350, 175, 2)
+    assert {k: fleet_table.setting(held)[k] for k in SHIPPED} == SHIPPED
+    assert (tune["sessions"], tune["skip_sessions"], tune["copies"]) == (175, 0, 2) and fleet_table.chooses(tune)
+    assert (held_sweep["sessions"], held_sweep["skip_sessions"], held_sweep["copies"]) == (350, 175, 2)
+    assert not fleet_table.chooses(held_sweep) and not fleet_table.chooses(all350)
+    assert "copies" not in all350 and (all350["sessions"], all350["skip_sessions"]) == (350, 0)
+    for doc in (tune, held_sweep):  # eps below 1/3: a dead worker's two sessions land on two workers
+        assert {fleet_table.setting(p)["eps"] for p in doc["sweep"]} == {0.1, 0.175, 0.25}
+    fleets = [r for r in held["records"] if r["router"] == "session" and r["nodes"] > 1]
+    t = {(r["model"], r["policy"], r["nodes"]): fleet_table.targets(held, r) for r in fleets}
+    cells = [ok for x in t.values() for _, ok in x.values()]
+    unmet = {(k, name): v for k, x in t.items() for name, (v, ok) in x.items() if not ok}
+    assert set(unmet) == {(("qwen3-8b", "eviction:E2", 8), "dwpd"), (("qwen3.5-9b", "eviction:E2", 8), "requests")}
+    ca8 = [r["fleet"]["dwpd_per_drive_max"] for r in held["records"] if r["router"] == "cache_aware" and r["nodes"] == 8]
+    s8 = [r["fleet"] for r in fleets if r["nodes"] == 8]
+    scores = {n: fleet_table.sweep_scores(d) for n, d in (("tune", tune), ("held", held_sweep), ("350", all350))}
+    idle = {n: [fleet_table.setting(p)["idle_s"] for p in d["sweep"]] for n, d in
+            (("tune", tune), ("held", held_sweep), ("350", all350))}
+
+    def met(name: str, eps: float, idle_s: float) -> int:
+        doc = {"tune": tune, "held": held_sweep, "350": all350}[name]
+        (i,) = [i for i, p in enumerate(doc["sweep"]) if (p["session_router"]["eps"], p["session_router"]["idle_s"]) == (eps, idle_s)]
+        return scores[name][i][0]
+
+    chosen = fleet_table.chosen_setting(tune)
+    assert (chosen["eps"], chosen["idle_s"]) == (0.25, 3600.0) != (SHIPPED["eps"], SHIPPED["idle_s"])
+    part3600 = all350["sweep"][idle["350"].index(3600.0)]
+    scored = {"records": part3600["records"] + all350["baseline"]}
+    (req350,) = [x["requests"][0] for r in part3600["records"] if r["nodes"] == 8
+                 for x in [fleet_table.targets(scored, r)] if not x["requests"][1]]
+
+    def worst8(doc: dict) -> list[float]:  # per setting: its worst 8-node busiest / mean drive
+        return [max(fleet_table.targets({"records": p["records"] + doc["baseline"]}, r)["dwpd"][0]
+                    for r in p["records"] if r["nodes"] == 8) for p in doc["sweep"]]
+
+    phrases = [
+        f"meet every target in {sum(all(ok for _, ok in x.values()) for x in t.values())} of the 8 fleets "
+        f"({sum(cells)} of the {len(cells)} cells)",
+        f"the busiest drive is {unmet[('qwen3-8b', 'eviction:E2', 8), 'dwpd']:.2f}x the mean drive for qwen3-8b E2 at 8 nodes",
+        f"serves {unmet[('qwen3.5-9b', 'eviction:E2', 8), 'requests']:.4f}x the mean node's requests for qwen3.5-9b E2",
+        f"(busiest drive {_span([x['dwpd'][0] for k, x in t.items() if k[2] == 4], '.2f')}x the mean)",
+        f"write {_span([f['dwpd_per_drive_mean'] for f in s8], '.2f')} DWPD on the mean and "
+        f"{_span([f['dwpd_per_drive_max'] for f in s8], '.2f')} at the busiest, against {_span(ca8, '.2f')} DWPD",
+        f"all 8 fleets ({_span([x[0] for x in scores['tune']], 'd')} of 8); the rule would choose idle "
+        f"{chosen['idle_s']:.0f} s ({met('tune', 0.25, 3600.0)} of 8) over the shipped {SHIPPED['idle_s']:.0f} s "
+        f"({met('tune', SHIPPED['eps'], SHIPPED['idle_s'])} of 8)",
+        f"the settings meet {_span([x[0] for x in scores['held']], 'd')} of 8",
+        f"(the shipped setting and the rule's choice: {met('held', SHIPPED['eps'], SHIPPED['idle_s'])} of 8 each)",
+        f"({req350:.2f}x the mean; "
+        f"{met('350', 0.25, 3600.0)} of 8 fleets) where the shipped 1800 s meets all {met('350', 0.25, 1800.0)}",
+        f"{_span(worst8(tune), '.2f')}x the mean on sessions 1-175, {_span(worst8(held_sweep), '.2f')}x held out",
+    ]
+    assert met("held", 0.25, 3600.0) == met("held", SHIPPED["eps"], SHIPPED["idle_s"])
+    text = " ".join((DOCS / "fleet.md").read_text().split())
+    for phrase in phrases:
+        assert phrase in text, f"docs/fleet.md does not say {phrase!r}"
