@@ -189,6 +189,9 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
     assert (held_sweep["sessions"], held_sweep["skip_sessions"], held_sweep["copies"]) == (350, 175, 2)
     assert not fleet_table.chooses(held_sweep) and not fleet_table.chooses(all350)
     assert "copies" not in all350 and (all350["sessions"], all350["skip_sessions"]) == (350, 0)
+    base = load("fleet_session_load_base.json")  # the tuning sweep's CHAR baseline, as its command wrote it
+    assert tune["baseline"] == [r for r in base["records"] if r["router"] == "cache_aware" and r["nodes"] > 1]
+    assert held_sweep["baseline"] == [r for r in held["records"] if r["router"] == "cache_aware" and r["nodes"] > 1]
     for doc in (tune, held_sweep):  # eps below 1/3: a dead worker's two sessions land on two workers
         assert {fleet_table.setting(p)["eps"] for p in doc["sweep"]} == {0.1, 0.175, 0.25}
     fleets = [r for r in held["records"] if r["router"] == "session" and r["nodes"] > 1]
