@@ -17,11 +17,14 @@ states, from those reports (`restart_summary`):
 - before the restart: the prompt tokens found cached, by tier;
 - the first round after the restart: the prompt tokens found in the store;
 - how many sessions found their whole history before the restart (the last prompt before it,
-  in whole pages) cached at their first turn after it, and at their second: every one, at both.
-  The first turns after the restart run at once: the sessions' direct reloads claim the
-  1,280-token device pool in turn (`mem_cache/reload_admission.py`), and a session whose match
-  ends on the system prompt another session's reload brought back reads only its own pages
-  past it.
+  in whole pages) cached at their first turn after it, and at their second: on an idle machine
+  every one, at both. The first turns after the restart run at once: the sessions' direct
+  reloads claim the 1,280-token device pool in turn (`mem_cache/reload_admission.py`), and a
+  session whose match ends on the system prompt another session's reload brought back reads
+  only its own pages past it. A session that does not find its history had its reload given
+  up, counted in the reloads line's fallbacks: a reload the pool cannot take yet is given up
+  when its read, as measured, is slower than computing its tokens (`read_slower`), which the
+  tiny model's prefill can be on a loaded machine.
 """
 from __future__ import annotations
 
@@ -146,10 +149,13 @@ def summarise(results: list[TurnResult], metrics: list[dict[str, float]], admiss
         f"{event} {total(f'sglang:saria_ssd_admissions_total/{event}'):.0f}" for event in admissions) or "no SSD writes"))
     print(f"SSD: {total('sglang:saria_ssd_bytes_written_total') / 2**20:.2f} MiB written, "
           f"{total('sglang:saria_ssd_bytes_read_total') / 2**20:.2f} MiB read")
+    fallbacks = {name.split("/")[1]: total(name) for name in sorted({k for m in metrics for k in m})
+                 if name.startswith("sglang:saria_reload_fallbacks_total/")}
     print(f"reloads: {total('sglang:saria_reload_tokens_total/dram'):.0f} tokens from DRAM, "
           f"{total('sglang:saria_reload_tokens_total/ssd'):.0f} from SSD straight into the device pool; "
           f"{total('sglang:saria_promoted_tokens_total'):.0f} SSD-hit tokens promoted to DRAM; "
-          f"fallbacks {total('sglang:saria_reload_fallbacks_total'):.0f}")
+          f"fallbacks {sum(fallbacks.values()):.0f}"
+          + "".join(f", {reason} {count:.0f}" for reason, count in fallbacks.items()))
     print(f"\nplot: {out / 'turns.png'}\nmetrics (each server's /metrics at its end): {out / 'metrics-1.prom'}, "
           f"{out / 'metrics-2.prom'}\nserver logs: {out / 'server-1.log'}, {out / 'server-2.log'}\n"
           f"a running server shows the same on http://<host>:<port>/metrics (sglang:saria_*); replay plots: "

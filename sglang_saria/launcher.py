@@ -66,6 +66,9 @@ def saria_hicache_args(extra_config: dict[str, Any], hicache_ratio: float = 2) -
     return hicache_args("saria", extra_config, hicache_ratio)
 
 
+# The gauges of writes not yet in the store (`SariaRadixCache._report_writes_pending`).
+WRITES_PENDING = ("sglang:saria_storage_writes_in_flight", "sglang:saria_write_through_in_flight")
+
 class ServerError(RuntimeError):
     """The server could not be started or answered with an error."""
 
@@ -314,22 +317,19 @@ class SGLangServer:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as response:
             return response.read().decode()
 
-    def wait_storage_writes(self, timeout_s: float = 120.0, quiet_s: float = 1.0) -> None:
-        """Wait until the saria store has acknowledged every write HiCache requested, and none
-        has been requested for ``quiet_s`` (a write-through still being copied to host memory
-        is asked of the store only after that copy), as an agent's next turn finds it after its
-        think time (WEKA: 154 s mean gap). An acknowledged write is durable in the store's index."""
+    def wait_storage_writes(self, timeout_s: float = 120.0) -> None:
+        """Wait until the saria store has acknowledged every write HiCache requested and no
+        write-through is still being copied to host memory (at its ack it asks the store for its
+        nodes' writes), as an agent's next turn finds it after its think time (WEKA: 154 s mean
+        gap). Both gauges are set on the scheduler thread before a request's response leaves, so
+        a caller that has its responses sees every write they caused. An acknowledged write is
+        durable in the store's index."""
         deadline = time.monotonic() + timeout_s
-        quiet_since = None
         while True:
-            now = time.monotonic()
-            if saria_metrics(self.metrics()).get("sglang:saria_storage_writes_in_flight", 0):
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= quiet_s:
+            metrics = saria_metrics(self.metrics())
+            if not any(metrics.get(name, 0) for name in WRITES_PENDING):
                 return
-            if now > deadline:
+            if time.monotonic() > deadline:
                 raise ServerError(f"store writes still in flight after {timeout_s:.0f} s")
             time.sleep(0.05)
 

@@ -100,7 +100,12 @@ class SariaServingMetrics:
         self._writes_in_flight = Gauge(
             "sglang:saria_storage_writes_in_flight",
             "Node writes to the SSD store requested by HiCache and not yet acknowledged",
-            multiprocess_mode="mostrecent",
+            multiprocess_mode="livemax",
+        )
+        self._write_through_in_flight = Gauge(
+            "sglang:saria_write_through_in_flight",
+            "HiCache write-throughs (device -> host copies) not yet acknowledged; each may ask the store for writes at its ack",
+            multiprocess_mode="livemax",
         )
         self._budget_theta_e = Gauge(
             "sglang:saria_budget_theta_e", "theta_E the budget:<DWPD> controller admits with now",
@@ -234,6 +239,9 @@ class SariaServingMetrics:
 
     def storage_writes_in_flight(self, writes: int) -> None:
         self._writes_in_flight.set(writes)
+
+    def write_through_in_flight(self, copies: int) -> None:
+        self._write_through_in_flight.set(copies)
 
     def counters_unsaved(self, delta: int) -> None:
         self._counters_unsaved.inc(delta)

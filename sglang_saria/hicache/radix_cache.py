@@ -110,7 +110,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # Installed once the storage backend is attached (after this constructor).
         self._kv_audit: Optional[KVAudit] = None
         self._kv_audit_pending = kv_audit_enabled()
-        self._writes_in_flight = 0
+        self._writes_pending = (0, 0)  # (store writes, write-throughs) last reported
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -181,6 +181,23 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if self._agreement is not None:
             self._agreement.requested(self.tree_core.get_hash_values(node_id) or [])
         super().write_backup_storage(node_id)
+
+    def _track_write_through_node(self, node_id: NodeId, lock_params: Any, publish_node_ids: list[NodeId]) -> None:
+        """A device -> host copy starts (HiCache's write-through): reported at once, before the
+        request's response leaves, so whoever waits for the store's writes sees it pending."""
+        super()._track_write_through_node(node_id, lock_params, publish_node_ids)
+        self._report_writes_pending()
+
+    def _report_writes_pending(self) -> None:
+        """Gauges of the writes not in the store yet: store writes requested and not
+        acknowledged, and write-throughs not acknowledged (at its ack one asks the store for its
+        nodes' writes). The store writes are set first: a reader never sees both at 0 while an
+        ack is turning a write-through into store writes."""
+        pending = (len(self.ongoing_backup), len(self.ongoing_write_through))
+        if pending != self._writes_pending:
+            self._writes_pending = pending
+            self._metrics.storage_writes_in_flight(pending[0])
+            self._metrics.write_through_in_flight(pending[1])
 
     def _finish_write_through_ack(self, ack_id: int) -> None:
         """After a write-through: prewrite the host leaves next in line for eviction that would
@@ -665,9 +682,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         super().check_hicache_events()
         if self._runtime is not None:
             self._runtime.end_step()  # counters changed since the last step go to the store
-        if len(self.ongoing_backup) != self._writes_in_flight:
-            self._writes_in_flight = len(self.ongoing_backup)
-            self._metrics.storage_writes_in_flight(self._writes_in_flight)
+        self._report_writes_pending()
         if self._audit and self._policy() is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (

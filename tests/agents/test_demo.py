@@ -66,7 +66,10 @@ def test_the_demos_summary_is_its_table_and_its_docstring_promises_it(tmp_path, 
     # what a run shows: the restart keeps the store (the first round finds tokens there) ...
     first_round_storage = int(re.search(r"first round after the restart: (\d+)", summary[1]).group(1))
     assert first_round_storage > 0
-    # ... and every session finds its whole history there at its first and second turn after it
-    assert "cached at their first turn after it, and at their second: every one, at both" in doc
-    assert summary[2].endswith("at their first turn after it: 4 of 4")
-    assert summary[3].endswith("at their second turn after it: 4 of 4")
+    # ... and every session finds its whole history there at its first and second turn after it,
+    # but for the reloads the server gave up (read slower than computing, on a loaded machine)
+    assert "at their second: on an idle machine every one, at both" in doc
+    assert "had its reload given up, counted in the reloads line's fallbacks" in doc
+    missed = sum(int(n) - int(found) for found, n in (re.search(r"(\d+) of (\d+)$", line).groups() for line in summary[2:]))
+    fallbacks = int(re.search(r"^reloads: .*; fallbacks (\d+)", out, re.MULTILINE).group(1))
+    assert missed <= fallbacks, out

@@ -19,6 +19,7 @@ import pytest
 
 from sglang_saria.launcher import (
     AUDIT_ENV,
+    WRITES_PENDING,
     assert_kv_audit_clean,
     assert_matches_cold,
     cached_tokens,
@@ -105,8 +106,8 @@ def test_tree_locations_agree_with_pools_and_store_throughout(request, run):
     assert metrics["sglang:saria_tier_audits_total"] >= len(request.getfixturevalue("requests"))
     assert metrics.get("sglang:saria_tier_audit_errors_total", 0) == 0
     assert metrics["sglang:saria_tree_pages/host"] > 0
-    # The gauge the scenario waits on between turns (launcher.wait_storage_writes) is live.
-    assert metrics["sglang:saria_storage_writes_in_flight"] == 0
+    # The gauges the scenario waits on between turns (launcher.wait_storage_writes) are served.
+    assert all(metrics[name] == 0 for name in WRITES_PENDING)
 
 
 def test_budget_window_counts_earlier_runs_writes_after_a_restart(start_server, requests, tmp_path):
