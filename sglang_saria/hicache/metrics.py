@@ -64,6 +64,10 @@ class SariaServingMetrics:
             "sglang:saria_reload_tokens_wasted_total",
             "Tokens reloaded into the device pool and evicted before their request was admitted",
         )
+        self._holds_expired = Counter(
+            "sglang:saria_reload_holds_expired_total",
+            "Reloaded prefixes unlocked because their request was not admitted within transfer.reload_hold_s",
+        )
         self._reload_followers = Counter(
             "sglang:saria_reload_followers_total",
             "Requests that waited for another request's reload of their stored pages instead of reading them again",
@@ -203,6 +207,9 @@ class SariaServingMetrics:
 
     def reload_fallback(self, reason: str) -> None:
         self._reload_fallbacks.labels(reason=reason).inc()
+
+    def hold_expired(self) -> None:
+        self._holds_expired.inc()
 
     def reload_wasted(self, tokens: int) -> None:
         if tokens > 0:

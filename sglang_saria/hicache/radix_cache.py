@@ -344,7 +344,8 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
 
     # ------------------------------------------------------------------ claim and submit (`ReloadHost`)
     def reload_demands(self, pendings: list[PendingReload], tokens: list[int]) -> list[ReloadDemand]:
-        return reload_demands(pendings, tokens, self._inquirer(), self.page_size)
+        return reload_demands(pendings, tokens, self._inquirer(), self.page_size,
+                              lambda rid: rid in self._reloads or rid in self._reloads.holders)
 
     def device_capacity(self) -> int:
         return self.token_to_kv_pool_allocator.size
@@ -673,6 +674,9 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if self._runtime is not None:
             self._runtime.step()
         for rid, hold in self._holds.expired(self.step_clock()):
+            logger.warning("saria: request %s was not admitted within transfer.reload_hold_s=%.0f s of its reload; "
+                           "its reloaded prefix is evictable now", rid, self._direct.hold_s)
+            self._metrics.hold_expired()
             self._unhold(hold, rid)  # evictable now: a request ahead of it in the queue may need the room
         if self._direct is not None:
             self._reloads.reap()

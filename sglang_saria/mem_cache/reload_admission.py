@@ -12,19 +12,25 @@ the next claim before its request is admitted (the reload wasted).
 
 **Rule.** A reload claims only if, after its claim (its path locked, its slots taken), the room
 left covers, strictly, the admission need of every holder (a reload claimed, published or not,
-whose request is not admitted yet) and its own::
+whose request is not admitted yet), of every request ahead of it in SGLang's queue that waits for
+no reload (``ahead``: SGLang's loop reaches them first, and the first that does not fit stops
+it; each counted with its whole prompt, as its device prefix is unlocked, evictable room that a
+claim may take), and its own::
 
-    room - tokens > sum(need of holders) + need
+    room - tokens > sum(need of holders) + ahead + need
 
-**Invariant.** ``room > sum(need of holders)`` after every claim. Only three things lower the
-room afterwards: another claim (which checks the rule itself), the admission of a request that
-is no holder, and decode growth of running requests; both of the last end when those requests
-finish, which needs no holder's memory (a holder's tail is locked, never taken from a running
-request). So once the requests running at any moment have finished, ``room >= sum(needs)`` holds
-again, and the holder first in SGLang's queue is admissible: holders cannot block each other (no
-deadlock by construction). A request that is no holder and does not fit ahead of them in the
-queue is the one case the rule cannot see; each hold has a deadline, after which its tail is
-unlocked (evictable, its request admitted with what is left), so no wait is unbounded.
+**Invariant.** ``room > sum(need of holders) + ahead`` after every claim. Only three things lower
+the room afterwards: another claim (which checks the rule itself), the admission of a request
+that is no holder, and decode growth of running requests; both of the last end when those
+requests finish, which needs no holder's memory (a holder's tail is locked, never taken from a
+running request). So once the requests running at any moment have finished, the requests ahead
+of the holders fit, then the holder first in SGLang's queue: neither holders nor the requests
+ahead of them block each other (no deadlock by construction). Without ``ahead`` a request ahead
+that no longer fits stops SGLang's loop before every holder behind it, until a hold's deadline
+(30 s) unlocks a tail: a chain of such waits held agent turns for minutes. A request that joins
+the queue ahead of a holder after its claim (a policy that reorders the queue) is the one case
+left; each hold has a deadline, after which its tail is unlocked (evictable, its request
+admitted with what is left), so no wait is unbounded.
 
 **Order.** When the room is short, reloads claim in SGLang's queue order (the request admitted
 first is the one whose reload is used first; a later one's held tail would wait behind it),
@@ -66,6 +72,7 @@ class ReloadDemand:
     tokens: int
     need: int
     position: int  # in SGLang's waiting queue (arrival order where the queue is not known)
+    ahead: int = 0  # summed need of the requests ahead of it in the queue that wait for no reload
 
     @property
     def value(self) -> float:
@@ -83,7 +90,7 @@ def admits(room: int, held_need: int, demand: ReloadDemand) -> bool:
     """Whether ``demand`` may claim: ``room`` is free + evictable device tokens less the running
     requests' decode reserve, with the reload's path already locked; ``held_need`` the summed
     need of the holders. Strict, as SGLang's own check (``total < remaining``)."""
-    return room - demand.tokens > held_need + demand.need
+    return room - demand.tokens > held_need + demand.ahead + demand.need
 
 
 def fits_alone(capacity: int, demand: ReloadDemand) -> bool:
@@ -102,7 +109,7 @@ def waiting_pays(tokens: int, read_tps: Optional[float], prefill_tps: Optional[f
 
 def recomputing(demand: ReloadDemand) -> ReloadDemand:
     """A reload given up: its request computes the tokens it would have read."""
-    return ReloadDemand(demand.rid, 0, demand.need + demand.tokens, demand.position)
+    return ReloadDemand(demand.rid, 0, demand.need + demand.tokens, demand.position, demand.ahead)
 
 
 @dataclass

@@ -179,13 +179,19 @@ class DevicePool:
                 entry.locks -= 1
                 self.holders.release(rid)
 
-    def _demand(self, req: DeviceRequest, position: int) -> ReloadDemand:
+    def _demand(self, by_rid: dict[str, DeviceRequest], waiting: list[str], reloading: set[str], rid: str) -> ReloadDemand:
+        """``rid``'s reload demand; ``ahead``: the requests before it in the queue that wait for no
+        reload (neither reloading nor holding), as needing their whole prompt."""
+        req, position = by_rid[rid], waiting.index(rid)
         need = admission_need(req.stored + req.uncached, req.stored, req.max_new, self.page)
-        return ReloadDemand(req.rid, req.stored, need, position)
+        ahead = sum(admission_need(by_rid[r].stored + by_rid[r].uncached, 0, by_rid[r].max_new, self.page)
+                    for r in waiting[:position] if r not in reloading and r not in self.holders)
+        return ReloadDemand(rid, req.stored, need, position, ahead)
 
     def _claim(self, by_rid: dict[str, DeviceRequest], waiting: list[str], deferred: list[str],
                reading: dict[str, int], step: int, run: DeviceRun) -> None:
-        demands = [self._demand(by_rid[rid], waiting.index(rid)) for rid in deferred]
+        reloading = set(deferred) | set(reading)
+        demands = [self._demand(by_rid, waiting, reloading, rid) for rid in deferred]
         for demand in claim_order(demands):
             if not fits_alone(self.capacity, demand):
                 deferred.remove(demand.rid)  # recomputed: its stored part is uncached now

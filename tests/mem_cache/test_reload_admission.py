@@ -32,6 +32,9 @@ def test_need_and_rule_are_sglangs_strict_check() -> None:
     assert admits(room=521, held_need=0, demand=d)  # 521 - 480 = 41 > 40
     assert not admits(room=520, held_need=0, demand=d)  # SGLang admits on total < remaining
     assert not admits(room=600, held_need=81, demand=d)  # the holders' needs come first
+    ahead = ReloadDemand("a", tokens=480, need=40, position=2, ahead=81)
+    assert not admits(room=600, held_need=0, demand=ahead)  # so do the requests ahead in the queue
+    assert admits(room=602, held_need=0, demand=ahead)
     assert fits_alone(521, d) and not fits_alone(520, d)
 
 
@@ -110,13 +113,18 @@ def test_rule_never_deadlocks_nor_wastes(workload: tuple[int, list[DeviceRequest
 
 @settings(max_examples=300, deadline=None)
 @given(workloads(plain=True), st.integers(1, 3))
-def test_rule_with_plain_requests_finishes(workload: tuple[int, list[DeviceRequest]], read_steps: int) -> None:
-    """Mixed with requests that reload nothing (one may not fit ahead of the holders in the
-    queue, which the rule cannot see): the holds' deadline keeps every wait bounded."""
+# Deadlocked before the rule counted the requests ahead that wait for no reload: r3's claim took
+# the room r0 (ahead of it, recomputing) needed, and r0 stopped the loop before r3.
+@example((128, [DeviceRequest("r0", 2, 0, 12, 1), DeviceRequest("r1", 0, 0, 1, 1), DeviceRequest("r2", 1, 0, 1, 1),
+                DeviceRequest("r3", 2, 99, 1, 2)]), 1)
+def test_rule_with_plain_requests_never_deadlocks_nor_wastes(workload: tuple[int, list[DeviceRequest]], read_steps: int) -> None:
+    """Mixed with requests that reload nothing, holds without a deadline: all finish (the
+    requests ahead of a reload in the queue keep their room), no tail is evicted unused."""
     capacity, requests = workload
-    run = DevicePool(capacity, read_steps=read_steps, hold_steps=50).run(requests, max_steps=20_000)
+    run = DevicePool(capacity, read_steps=read_steps).run(requests, max_steps=20_000)
     assert not run.deadlocked
     assert set(run.finished) == {r.rid for r in requests}
+    assert run.wasted == 0
 
 
 @settings(max_examples=200, deadline=None)

@@ -22,7 +22,7 @@ running batch), run once per scheduler step and only while reloads wait for devi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS
 
@@ -109,11 +109,16 @@ def decode_reserve(inquirer: Any) -> int:
     return sum(_new_tokens(req) for req in inquirer.get_running_batch().reqs)
 
 
-def reload_demands(pendings: list[PendingReload], tokens: list[int], inquirer: Any, page_size: int) -> list[ReloadDemand]:
-    """Each reload's demand (``tokens`` slots now, SGLang's admission ask then) and its request's
-    place in the waiting queue. Without the scheduler's inquirer: the prompt the probe saw, no
-    new tokens, arrival order."""
+def reload_demands(pendings: list[PendingReload], tokens: list[int], inquirer: Any, page_size: int,
+                   waits_for_reload: Callable[[str], bool]) -> list[ReloadDemand]:
+    """Each reload's demand (``tokens`` slots now, SGLang's admission ask then), its request's
+    place in the waiting queue, and the summed admission ask of the requests ahead of it for
+    which ``waits_for_reload`` is False (SGLang's loop reaches them first), each as its whole
+    prompt: an unlocked device prefix is evictable room, which a claim may take. Without the
+    scheduler's inquirer: the prompt the probe saw, no new tokens, arrival order."""
     queue = waiting_requests(inquirer) if inquirer is not None else {}
+    plain = sorted((q.position, admission_need(q.prompt_tokens, 0, q.max_new_tokens, page_size))
+                   for rid, q in queue.items() if not waits_for_reload(rid))
     demands = []
     for i, (pending, n) in enumerate(zip(pendings, tokens)):
         end = pending.start + n
@@ -122,5 +127,6 @@ def reload_demands(pendings: list[PendingReload], tokens: list[int], inquirer: A
             need, position = admission_need(pending.prompt_tokens, end, 0, page_size), len(queue) + i
         else:
             need, position = admission_need(queued.prompt_tokens, end, queued.max_new_tokens, page_size), queued.position
-        demands.append(ReloadDemand(pending.rid, n, need, position))
+        ahead = sum(need_ahead for at, need_ahead in plain if at < position)
+        demands.append(ReloadDemand(pending.rid, n, need, position, ahead))
     return demands
