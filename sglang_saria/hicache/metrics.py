@@ -64,9 +64,11 @@ class SariaServingMetrics:
             "sglang:saria_reload_tokens_wasted_total",
             "Tokens reloaded into the device pool and evicted before their request was admitted",
         )
-        self._holds_expired = Counter(
-            "sglang:saria_reload_holds_expired_total",
-            "Reloaded prefixes unlocked because their request was not admitted within transfer.reload_hold_s",
+        self._holds_released = Counter(
+            "sglang:saria_reload_holds_released_total",
+            "Reloaded prefixes unlocked before their request's prefill: its hold's deadline passed "
+            "(transfer.reload_hold_s) or the scheduler stalled behind the holds",
+            ["reason"],
         )
         self._reload_followers = Counter(
             "sglang:saria_reload_followers_total",
@@ -208,8 +210,8 @@ class SariaServingMetrics:
     def reload_fallback(self, reason: str) -> None:
         self._reload_fallbacks.labels(reason=reason).inc()
 
-    def hold_expired(self) -> None:
-        self._holds_expired.inc()
+    def hold_released(self, reason: str) -> None:
+        self._holds_released.labels(reason=reason).inc()
 
     def reload_wasted(self, tokens: int) -> None:
         if tokens > 0:

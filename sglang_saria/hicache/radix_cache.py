@@ -111,6 +111,11 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         self._kv_audit: Optional[KVAudit] = None
         self._kv_audit_pending = kv_audit_enabled()
         self._writes_pending = (0, 0)  # (store writes, write-throughs) last reported
+        # The stall check (`_stalled`): whether the last admission pass formed a prefill batch,
+        # and the requests whose tails were held, or whose reloads were held back, before it.
+        self._prefill_formed: Optional[bool] = None
+        self._held_before: set[str] = set()
+        self._deferred_before: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -647,6 +652,41 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             self._promote(*promotion)
         super().checkpoint(req, up_to=up_to, **kwargs)
 
+    def note_prefill_batch(self, batch: Any = None) -> None:
+        super().note_prefill_batch(batch)
+        self._prefill_formed = batch is not None
+
+    def _stalled(self) -> bool:
+        """Whether the scheduler is stuck: the last admission pass formed no prefill batch,
+        nothing runs and no reload is reading. Only a deadline would change that state (a hold's,
+        or a held-back reload's memory deadline): a request ahead in SGLang's queue that does not
+        fit stops its admission loop, and reloads held back for its room never get it; the claim
+        rule prevents the case it can see (`mem_cache/reload_admission.py`), not every one. One
+        rank only: on several the deadlines stay the bound (ranks must decide alike)."""
+        formed, self._prefill_formed = self._prefill_formed, None
+        inquirer = self._inquirer()
+        return (formed is False and self._agreement is None and inquirer is not None
+                and not self._reloads.inflight_tokens and inquirer.get_running_batch().is_empty())
+
+    def _release_stalled_holds(self) -> None:
+        """Stuck (`_stalled`): the tails held before the last pass become evictable, so the
+        request they block is admitted; logged with the room and the queue's first request."""
+        inquirer = self._inquirer()
+        head = next((req for req in inquirer.get_waiting_queue() if req.rid not in self._reloads), None)
+        room = self._component_available_size(ComponentType.FULL) + self.full_evictable_size()
+        why = f"was not admitted: the scheduler stalled behind the held reloads (device room {room} tokens" + (
+            ")" if head is None else f"; first in its queue: {head.rid}, {len(head.full_untruncated_fill_ids)} prompt "
+            f"tokens, {head.prefix_len} matched on the device at its last admission pass)")
+        for rid in self._held_before & self._holds.locked():
+            self._release_hold(rid, self._holds.by_rid[rid], "stalled", why)
+
+    def _release_hold(self, rid: str, hold: Hold, reason: str, why: str) -> None:
+        """Unlock a held tail before its request's prefill: evictable now, as a request ahead of
+        it in the queue may need the room; its request is admitted with what is left of it."""
+        logger.warning("saria: request %s %s; its reloaded prefix is evictable now", rid, why)
+        self._metrics.hold_released(reason)
+        self._unhold(hold, rid)
+
     def _unhold(self, hold: Optional[Hold], rid: Optional[str] = None) -> None:
         """A published tail's hold ends (``rid``: its request's claim on the room with it)."""
         if hold is not None and hold.lock is not None:
@@ -674,19 +714,25 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         if self._runtime is not None:
             self._runtime.step()
         for rid, hold in self._holds.expired(self.step_clock()):
-            logger.warning("saria: request %s was not admitted within transfer.reload_hold_s=%.0f s of its reload; "
-                           "its reloaded prefix is evictable now", rid, self._direct.hold_s)
-            self._metrics.hold_expired()
-            self._unhold(hold, rid)  # evictable now: a request ahead of it in the queue may need the room
+            self._release_hold(rid, hold, "deadline", f"was not admitted within transfer.reload_hold_s="
+                               f"{self._direct.hold_s:.0f} s of its reload")
         if self._direct is not None:
+            stalled = self._stalled()
+            if stalled:
+                self._release_stalled_holds()
             self._reloads.reap()
             self._reloads.advance(self.prefetch_stop_policy)
             self._reloads.resume_reprobes()
             self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
+            if stalled and not self._reloads.inflight_tokens:
+                # Held back before the last pass and still unclaimed: their requests recompute.
+                self._reloads.give_up(self._deferred_before, "stalled")
         super().check_hicache_events()
         if self._runtime is not None:
             self._runtime.end_step()  # counters changed since the last step go to the store
         self._report_writes_pending()
+        self._held_before = self._holds.locked()
+        self._deferred_before = set(self._reloads.deferred) if self._direct is not None else set()
         if self._audit and self._policy() is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (

@@ -55,6 +55,10 @@ class ReloadHolds:
     def take(self, rid: str) -> Optional[Hold]:
         return self.by_rid.pop(rid, None)
 
+    def locked(self) -> set[str]:
+        """Requests whose tail is still locked."""
+        return {rid for rid, hold in self.by_rid.items() if hold.lock is not None}
+
     def expired(self, now: float) -> list[tuple[str, Hold]]:
         """Locked holds whose deadline has passed. The caller unlocks them (``lock = None``);
         they stay until their request's prefill, which still reports what it lost."""
