@@ -112,10 +112,9 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         self._kv_audit_pending = kv_audit_enabled()
         self._writes_pending = (0, 0)  # (store writes, write-throughs) last reported
         # The stall check (`_stalled`): whether the last admission pass formed a prefill batch,
-        # and the requests whose tails were held, or whose reloads were held back, before it.
+        # and the requests whose tails were held before it.
         self._prefill_formed: Optional[bool] = None
         self._held_before: set[str] = set()
-        self._deferred_before: set[str] = set()
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -724,15 +723,11 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             self._reloads.advance(self.prefetch_stop_policy)
             self._reloads.resume_reprobes()
             self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
-            if stalled and not self._reloads.inflight_tokens:
-                # Held back before the last pass and still unclaimed: their requests recompute.
-                self._reloads.give_up(self._deferred_before, "stalled")
         super().check_hicache_events()
         if self._runtime is not None:
             self._runtime.end_step()  # counters changed since the last step go to the store
         self._report_writes_pending()
         self._held_before = self._holds.locked()
-        self._deferred_before = set(self._reloads.deferred) if self._direct is not None else set()
         if self._audit and self._policy() is not None:
             # Audit when the pools changed since the last audit (the scheduler polls idle too).
             state = (

@@ -296,11 +296,6 @@ class PendingReloads:
             if wait:
                 pending.job.wait()
 
-    def give_up(self, rids: set[str], reason: str) -> None:
-        """Release those of ``rids`` still held back (no job yet): their requests recompute."""
-        for rid in [rid for rid in self.deferred if rid in rids]:
-            self._give_up(rid, reason)
-
     def _give_up(self, rid: str, reason: str) -> None:
         """A deferred reload is released: its request recomputes, its followers resume."""
         self.deferred.remove(rid)

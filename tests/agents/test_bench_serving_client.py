@@ -19,7 +19,6 @@ from sglang_saria.launcher import saria_metrics
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(900)]  # server starts: minutes on a busy 2-core machine
 
-STALL_BOUND_S = 20.0  # below `transfer.reload_hold_s` (30 s), the wait a stalled reload used to end at
 SMALL_DEVICE = ("--max-total-tokens", "1024")  # host pool 2048; the largest prompt is ~800 tokens
 GSP = [
     "--dataset-name", "generated-shared-prefix", "--gsp-num-groups", "6", "--gsp-prompts-per-group", "2",
@@ -73,9 +72,5 @@ def test_no_reloaded_prefix_waited_out_its_hold(served):
     device-memory rule keeps the room of the requests ahead of the reloads in SGLang's queue, and
     a scheduler stalled behind the holds releases them at its next step (docs/reload-admission.md;
     before, the agentic runs stalled 30 s at a time)."""
-    runs, metrics = served
+    metrics = served[1]
     assert metrics.get("sglang:saria_reload_holds_released_total/deadline", 0) == 0, metrics
-    # Nor did any turn wait out a held-back reload's memory deadline (the same 30 s): a generous
-    # bound, built for that stall (turns take well under 5 s here even on a loaded machine).
-    slowest = {name: max(run.ttfts_s) for name, run in runs.items()}
-    assert max(slowest.values()) < STALL_BOUND_S, slowest
