@@ -115,6 +115,7 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         # and the requests whose tails were held before it.
         self._prefill_formed: Optional[bool] = None
         self._held_before: set[str] = set()
+        self._stall_logged: Optional[str] = None  # the held-back reload last logged as stalled
 
     # ------------------------------------------------------------------ setup
     def _backend(self) -> Any:
@@ -679,6 +680,25 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
         for rid in self._held_before & self._holds.locked():
             self._release_hold(rid, self._holds.by_rid[rid], "stalled", why)
 
+    def _log_held_back_while_stalled(self, demand: ReloadDemand) -> None:
+        """A reload the device-memory rule holds back while nothing runs (`_stalled`): only its
+        memory deadline moves it; logged once per reload with what the rule weighed."""
+        if demand.rid == self._stall_logged:
+            return
+        self._stall_logged = demand.rid
+        inquirer = self._inquirer()
+        room = self._component_available_size(ComponentType.FULL) + self.full_evictable_size()
+        queue = [
+            f"{req.rid[:8]}({len(req.full_untruncated_fill_ids)} tok, device {req.prefix_len}, "
+            f"{'reload' if req.rid in self._reloads else 'holder' if req.rid in self._reloads.holders else 'plain'})"
+            for req in inquirer.get_waiting_queue()[:6]
+        ]
+        logger.info(
+            "saria: reload of request %s held back while the scheduler is idle: device room %d tokens, "
+            "its claim %d + need %d, requests ahead %d, holders %s; queue: %s",
+            demand.rid, room, demand.tokens, demand.need, demand.ahead, self._reloads.holders.needs, ", ".join(queue),
+        )
+
     def _release_hold(self, rid: str, hold: Hold, reason: str, why: str) -> None:
         """Unlock a held tail before its request's prefill: evictable now, as a request ahead of
         it in the queue may need the room; its request is admitted with what is left of it."""
@@ -722,7 +742,10 @@ class SariaRadixCache(LoadSignalMixin, HintsIntakeMixin, UnifiedRadixCache):
             self._reloads.reap()
             self._reloads.advance(self.prefetch_stop_policy)
             self._reloads.resume_reprobes()
-            self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking)
+            held_back = self._reloads.start_deferred(self._direct.max_inflight_tokens, wait=self._direct.blocking,
+                                                     stalled=stalled)
+            if stalled and held_back is not None:
+                self._log_held_back_while_stalled(held_back)
         super().check_hicache_events()
         if self._runtime is not None:
             self._runtime.end_step()  # counters changed since the last step go to the store

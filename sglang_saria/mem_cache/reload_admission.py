@@ -30,7 +30,10 @@ that no longer fits stops SGLang's loop before every holder behind it, until a h
 (30 s) unlocks a tail: a chain of such waits held agent turns for minutes. A request that joins
 the queue ahead of a holder after its claim (a policy that reorders the queue) is the one case
 left; each hold has a deadline, after which its tail is unlocked (evictable, its request
-admitted with what is left), so no wait is unbounded.
+admitted with what is left), so no wait is unbounded. Device memory that reloads not yet claimed
+lock (a follower's path, resumed on another reload's published pages) is outside the rule: a
+reload held back for it waits behind them, so when the scheduler stalls the SGLang driver lets
+the reloads behind it claim (`reload/pending.py::PendingReloads.start_deferred`).
 
 **Order.** When the room is short, reloads claim in SGLang's queue order (the request admitted
 first is the one whose reload is used first; a later one's held tail would wait behind it),

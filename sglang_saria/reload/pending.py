@@ -252,40 +252,46 @@ class PendingReloads:
             del self.following[follower]
             self.host.resume_follower(follower, context)
 
-    def start_deferred(self, cap: int, wait: bool = False) -> None:
+    def start_deferred(self, cap: int, wait: bool = False, stalled: bool = False) -> Optional[ReloadDemand]:
         """Submit waiting reloads while at most ``cap`` tokens are in flight (one larger than
         the cap alone was cut to it by the probe) and the device-memory rule admits them
         (`mem_cache/reload_admission.py`: every holder's request stays admissible), in SGLang's
         queue order: the first one the rule holds back stops the claims (a later one would
-        delay it). One that could not fit even in an empty pool is released at once; one the
-        pool cannot take yet is released when its read is measured to be slower than computing
-        its tokens (`reload_admission.waiting_pays`: its request is served sooner recomputing),
-        else it waits until its deadline or memory deadline, whichever is later, then its
-        request recomputes.
+        delay it), unless the scheduler is ``stalled`` (nothing runs, nothing reads, its last
+        admission pass formed no batch): then only a deadline would free what it waits for,
+        which reloads behind it may hold (a follower locks the device path it resumed on until
+        its own reload ends, `hicache/direct_reload/follow.py`), so those the rule admits claim
+        past it. One that could not fit even in an empty pool is released at once
+        (`device_capacity`); one the pool cannot take yet is released when its read is measured
+        to be slower than computing its tokens (`reload_admission.waiting_pays`: its request is
+        served sooner recomputing), else it waits until its deadline or memory deadline,
+        whichever is later, then its request recomputes (`device_memory`). Returns the demand of
+        the first reload the rule holds back (None: none is).
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
         if not self.deferred:
-            return
+            return None
+        held_back: Optional[ReloadDemand] = None
         pendings = [self.by_rid[rid] for rid in self.deferred]
         tokens = [len(p.page_hashes) * self.page_size for p in pendings]  # tail DRAM and SSD pages
         capacity = self.host.device_capacity()
         for demand in claim_order(self.host.reload_demands(pendings, tokens)):
             rid, pending = demand.rid, self.by_rid[demand.rid]
             if self.inflight_tokens and self.inflight_tokens + demand.tokens > cap:
-                return
+                return held_back
             if not fits_alone(capacity, demand):
-                self._give_up(rid, "device_memory")
+                self._give_up(rid, "device_capacity")
                 continue
             slots = self.host.claim_reload(pending, demand, self.holders.held_need())
             if slots is None:
                 if not waiting_pays(demand.tokens, self.reads.tps(), self.host.prefill_tps()):
-                    self._give_up(rid, "read_slower")
-                    # Its request now needs the reload's tokens too, ahead of the reloads
-                    # behind it in the queue: it stays in the ledger until its prefill.
-                    self.holders.hold(recomputing(demand))
+                    self._recompute(demand, "read_slower")
                     continue
                 if self.host.step_clock() <= max(pending.deadline, pending.memory_deadline):
-                    return
-                self._give_up(rid, "device_memory")
+                    if not stalled:
+                        return demand
+                    held_back = held_back or demand
+                    continue
+                self._recompute(demand, "device_memory")
                 continue
             self.deferred.remove(rid)
             self.holders.hold(demand)
@@ -295,6 +301,14 @@ class PendingReloads:
             self.hold(demand.tokens)
             if wait:
                 pending.job.wait()
+        return held_back
+
+    def _recompute(self, demand: ReloadDemand, reason: str) -> None:
+        """A reload the rule held back is given up: its request now needs the reload's tokens
+        too, ahead of the reloads behind it in the queue (claims later in this pass would not
+        see it), so it stays in the ledger until its prefill or abort."""
+        self._give_up(demand.rid, reason)
+        self.holders.hold(recomputing(demand))
 
     def _give_up(self, rid: str, reason: str) -> None:
         """A deferred reload is released: its request recomputes, its followers resume."""

@@ -222,6 +222,21 @@ def test_a_reload_the_pool_cannot_take_waits_until_its_deadline_then_recomputes(
     assert host.unlocked == ["a"] and host.freed_slots == 0 and host.submitted == []
 
 
+def test_a_stalled_scheduler_lets_reloads_behind_one_held_back_claim(machine):
+    """Nothing runs and nothing reads: the first reload the rule holds back waits only for a
+    deadline, while one behind it may hold what it waits for (a follower's locked path)."""
+    reloads, host, metrics = machine
+    host.free = 12
+    reloads.track(pending("a", 4))  # 16 tokens: more than the pool has now
+    reloads.track(pending("b", 2))
+    held_back = reloads.start_deferred(cap=1000)
+    assert held_back.rid == "a" and host.submitted == []  # queue order: b waits behind a
+    held_back = reloads.start_deferred(cap=1000, stalled=True)
+    assert held_back.rid == "a" and [j.rid for j in host.submitted] == ["b"]
+    assert reloads.deferred == ["a"] and metrics.fallbacks == []
+    assert reloads.start_deferred(cap=1000, stalled=True).rid == "a"  # still waiting, nothing else claimed
+
+
 def test_best_effort_cuts_every_reload_at_its_first_step(machine):
     reloads, host, metrics = machine
     reloads.track(pending("a", 2))
@@ -407,7 +422,7 @@ def test_a_reload_that_never_fits_is_released_at_once(machine):
     reloads.track(pending("big", 8))  # 32 slots + 100 needed: more than the 128-token pool
     reloads.track(pending("a", 2))
     reloads.start_deferred(cap=1000)
-    assert metrics.fallbacks == ["device_memory"] and "big" not in reloads
+    assert metrics.fallbacks == ["device_capacity"] and "big" not in reloads
     assert [j.rid for j in host.submitted] == ["a"]  # not held up behind it
 
 
@@ -435,6 +450,8 @@ def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
     host.clock = 31.0
     reloads.start_deferred(cap=1000)
     assert "a" not in reloads and metrics.fallbacks == ["device_memory"]
+    # Its request computes the 8 tokens too: ahead of the reloads behind it until its prefill.
+    assert reloads.holders.needs == {"a": 1 + 8}
 
 
 @pytest.mark.parametrize("prefill_tps, given_up", [(4.0, False), (16.0, True), (None, False)])
