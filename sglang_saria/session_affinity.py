@@ -21,27 +21,40 @@ with sticky assignment):
   above the mean only in whole sessions, so 6 sessions on 3 nodes are held to 2 each.
 - A session goes back to its node (the one that served its previous request, active or not) if
   that node is alive and below the bound; it moves only when that node is dead or at the bound
-  (or, with ``wear_moves``, when its node's drive is worn out, below).
-- A new or moving session walks the hash ring from its key (``vnodes`` points per node, so a dead
-  node's sessions spread over all the others instead of landing on its neighbour) and takes the
-  first live node below the bound (one always exists, as ``L x bound >= A + 1``) that is not over
-  ``place_by``'s second bound, when the driver gives what it needs: ``wear``, the drive has written
-  at most ``(1 + eps)`` x the live drives' mean (else: worn out); ``tokens``, the prompts of its
-  active sessions (each counted by its last request's ``size``) plus this one's come to at most
-  ``(1 + eps)`` x the live nodes' mean; ``both``, the two. If no node below the session bound
-  qualifies, the least worn (``wear``) or least loaded in tokens of them. A fleet's endurance is its
-  busiest drive's, and a drive writes when its node's DRAM overflows, which a session count alone
-  does not foresee (sessions differ in size by orders of magnitude).
+  (or, with ``wear_moves``, when its node's drive is worn out, below). With ``bound`` ``"cheap"``
+  (the default) a node at the bound sends off its cheapest sessions first: a session there stays if
+  another active session of that node is smaller (that one leaves at its next request) or if its
+  node holds most of its prompt (``extends``, below); so the bound is exact at placement and a node
+  may exceed it by the sessions that would each recompute a large held context if they moved, until
+  its small or non-extending sessions leave. ``"strict"``: the returning session moves whatever it
+  costs. Why: a moved session recomputes its context on its new node and, once evicted twice there,
+  writes it to that drive; on WEKA sessions the strict bound moved 400K-token contexts for a session
+  count, and those moves decided which 8-node drive wrote most (docs/fleet.md).
+- A new or moving session takes, of the live nodes below the session bound whose drives are not over
+  the wear bound (``place_by`` ``wear`` or ``both``: written at most ``(1 + eps)`` x the live drives'
+  mean, else worn out), with ``placement`` ``"least"`` (the default) the least loaded: the smallest
+  of its active prompts' tokens (each session counted by its last request's ``size``) and its routed
+  requests, each over its mean per node (``place_by`` ``tokens`` or ``both``; the first of equals on
+  the session's ring walk); with ``"ring"``, the first on its ring walk within ``(1 + eps)`` x the
+  mean tokens. The ring walk (``vnodes`` points per node) orders equals, so a dead node's sessions
+  spread over the others. If no node below the session bound qualifies on wear, the same choice over
+  all of them. A fleet's endurance is its busiest drive's, and a drive writes when its node's DRAM
+  overflows, which a session count alone does not foresee (sessions differ in size by orders of
+  magnitude); a node's requests are its busiest GPU's load, which a session count does not foresee
+  either (sessions differ in request rate).
 - ``wear_moves``: a session of a worn-out node leaves it, as a moving session, if some other live
-  drive is not worn out, at a request whose prompt is shorter than ``wear_shrink`` x its previous
-  request's (the agent compacted or restarted its context: the prompt does not extend what the node
-  holds, so most of it is recomputed wherever it goes); with ``wear_shrink`` 0, the largest active
-  session of a worn-out node leaves it at its next request, whatever it costs. Why: a moved session
-  recomputes what its node held of its context, and its new drive may write it again, so a move
-  spreads writes at the price of that recomputation; moving at a prompt that does not extend the last
-  one spreads them at little of that price (the defaults, ``both`` with wear moves at 0.9, are the
-  fleet replay's choice on WEKA sessions 1-175; docs/fleet.md has what they reach on other
-  sessions). Both drivers know it: a request's ``size`` and the session's previous one.
+  drive is not worn out, at a request whose prompt its node does not hold: with the driver's
+  ``extends`` (whether the node was sent at least ``held_frac`` of the prompt's prefix by this
+  session, ``HeldPrefixes``), when it is False; without it, at a prompt shorter than ``wear_shrink``
+  x its previous request's (the agent compacted or restarted its context); with ``wear_shrink`` 0 and
+  no ``extends``, the largest active session of a worn-out node leaves it at its next request. Why:
+  a moved session recomputes what its node held of its context, and its new drive may write it
+  again; a prompt the node does not hold is recomputed wherever it goes, so moving it spreads writes
+  at little cost. (The shrink rule misses the prompts that grow but do not extend the previous one,
+  and takes as new the branches a session interleaves, which the held prefix does not.)
+- The defaults (``least`` placement by ``both``, the ``cheap`` bound, wear moves at a held prefix
+  below one half) are the fleet replay's choice on WEKA sessions 1-175 copied twice; docs/fleet.md
+  has what they reach on the held-out sessions 176-350.
 - A session that left a dead node (a guest where it went) returns to it once it is alive again, if
   it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
   sessions and the guests is over the bound until the guests leave, and its own sessions stay.
@@ -68,6 +81,10 @@ class AffinityError(ValueError):
     """Bad session-affinity settings, or no live node to route to; the message names the value."""
 
 
+PLACEMENT = ("least", "ring")  # AffinityConfig.placement
+BOUND = ("cheap", "strict")  # AffinityConfig.bound
+
+
 @dataclass(frozen=True)
 class AffinityConfig:
     """The policy's constants (chosen on WEKA sessions 1-175, docs/fleet.md)."""
@@ -83,6 +100,15 @@ class AffinityConfig:
     # what a new or moving session's node must not exceed: "wear" (its drive's writes), "tokens" (its active
     # sessions' prompt tokens) or "both", each at most (1 + eps) x the live nodes' mean
     place_by: str = "both"
+    # "least": a new or moving session takes the least loaded qualifying node (tokens and requests over their
+    # means); "ring": the first on its ring walk within the token bound
+    placement: str = "least"
+    # "cheap": a session at a node at the bound stays if a smaller active session is there or its node holds its
+    # prompt (extends); "strict": it moves
+    bound: str = "cheap"
+    # a prompt extends what its node holds when this session sent that node at least this fraction of its prefix
+    # (HeldPrefixes, the drivers'); 0: drivers do not tell (the shrink rule decides wear moves)
+    held_frac: float = 0.5
     vnodes: int = 64  # ring points per node
     max_sessions: int = 1_000_000  # sessions whose node is remembered (least recent forgotten first)
 
@@ -95,6 +121,12 @@ class AffinityConfig:
             raise AffinityError(f"session wear_shrink {self.wear_shrink}: must be >= 0 (0: the largest session moves)")
         if self.place_by not in PLACE_BY:
             raise AffinityError(f"session place_by {self.place_by!r}: choose one of {', '.join(PLACE_BY)}")
+        if self.placement not in PLACEMENT:
+            raise AffinityError(f"session placement {self.placement!r}: choose one of {', '.join(PLACEMENT)}")
+        if self.bound not in BOUND:
+            raise AffinityError(f"session bound {self.bound!r}: choose one of {', '.join(BOUND)}")
+        if not 0 <= self.held_frac <= 1:
+            raise AffinityError(f"session held_frac {self.held_frac}: must be in [0, 1] (0: not used)")
         if self.vnodes < 1 or self.max_sessions < 1:
             raise AffinityError(f"session vnodes {self.vnodes} / max_sessions {self.max_sessions}: must be >= 1")
         return self
@@ -128,6 +160,7 @@ class SessionAffinity:
         # key -> (node, time, size) of its last request, least recent first
         self.home: OrderedDict[Hashable, tuple[int, float, float | None]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
+        self.routed = [0] * n_nodes  # requests routed per node
         self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
 
     def preference(self, key: Hashable) -> list[int]:
@@ -164,25 +197,36 @@ class SessionAffinity:
         return (1.0 + self.cfg.eps) * sum(w for w, a in zip(wear, alive) if a) / sum(alive)
 
     def worn_out(self, node: int, size: float | None, previous: float | None, alive: Sequence[bool],
-                 wear: Sequence[float] | None) -> bool:
+                 wear: Sequence[float] | None, extends: bool | None = None) -> bool:
         """Whether a session leaves ``node`` for wear (``wear_moves``) at a request of ``size``, its previous
         one of ``previous`` (None: not known): the drive is above ``wear_limit``, another live one is not,
-        and the prompt is shorter than ``wear_shrink`` x the previous one (``wear_shrink`` 0: no other active
-        session there is larger)."""
+        and the node does not hold the prompt (``extends`` False; not known: the prompt is shorter than
+        ``wear_shrink`` x the previous one, or with ``wear_shrink`` 0 no other active session there is
+        larger)."""
         if not (self.cfg.wear_moves and wear and size is not None):
             return False
         limit = self.wear_limit(alive, wear)
         if wear[node] <= limit or not any(alive[n] and wear[n] <= limit for n in range(self.n_nodes) if n != node):
             return False
+        if extends is not None:
+            return not extends
         if self.cfg.wear_shrink:
             return previous is not None and size < self.cfg.wear_shrink * previous
         return all(n != node or z <= size for n, _, z in self.active.values())
 
+    def tokens(self) -> list[float]:
+        """Per node, its active sessions' prompts (each its last request's ``size``)."""
+        tokens = [0.0] * self.n_nodes
+        for n, _, z in self.active.values():
+            tokens[n] += z
+        return tokens
+
     def place(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None,
               size: float | None = None) -> int:
-        """A new or moving session's node: the first on its ring walk that is alive, below the session
-        bound and not over ``place_by``'s bound; if none is, the least worn or least loaded in tokens
-        of those below the session bound (module docstring)."""
+        """A new or moving session's node, of the live nodes below the session bound: of those within the
+        wear bound, the least loaded in tokens and requests (``placement`` least) or the first on its ring
+        walk within the token bound (ring); if none is within the wear bound, the same over all of them
+        (module docstring)."""
         open_nodes = [n for n in self.preference(key) if alive[n] and self.count[n] < cap]
         by = self.cfg.place_by
         fits = open_nodes
@@ -190,21 +234,35 @@ class SessionAffinity:
             limit = self.wear_limit(alive, wear)
             fits = [n for n in fits if wear[n] <= limit]
         if size is not None and by in ("tokens", "both"):
-            tokens = [0.0] * self.n_nodes
-            for n, _, z in self.active.values():
-                tokens[n] += z
+            tokens = self.tokens()
             limit = (1.0 + self.cfg.eps) * (sum(t for t, a in zip(tokens, alive) if a) + size) / sum(alive)
             fits_tokens = [n for n in fits if tokens[n] + size <= limit]
+            if self.cfg.placement == "least":
+                # each load over its mean per node, so neither unit dominates; min takes the first of equals
+                mean_t = max(sum(tokens) / self.n_nodes, 1e-9)
+                mean_r = max(sum(self.routed) / self.n_nodes, 1e-9)
+                return min(fits_tokens or fits or open_nodes,
+                           key=lambda n: max(tokens[n] / mean_t, self.routed[n] / mean_r))
             return fits_tokens[0] if fits_tokens else min(fits or open_nodes, key=tokens.__getitem__)
         if fits:
             return fits[0]
         return min(open_nodes, key=wear.__getitem__) if wear else open_nodes[0]
 
+    def keeps(self, node: int, size: float | None, extends: bool | None) -> bool:
+        """With the ``cheap`` bound, whether a session of ``node``, which is at the bound, stays there: its
+        node holds its prompt, or another active session there is smaller (it leaves first)."""
+        if self.cfg.bound != "cheap":
+            return False
+        if extends:
+            return True
+        return size is not None and any(n == node and z < size for n, _, z in self.active.values())
+
     def pick(self, key: Hashable, now: float, alive: Sequence[bool] | None = None,
-             wear: Sequence[float] | None = None, size: float | None = None) -> int:
+             wear: Sequence[float] | None = None, size: float | None = None, extends: bool | None = None) -> int:
         """The node for a request of session ``key`` at ``now``; ``alive[i]`` False: node i is dead;
         ``wear[i]``: what node i's drive has written so far (any unit; None: not known); ``size``: the
-        request's prompt (tokens, or any measure proportional to them; None: not known, no wear moves)."""
+        request's prompt (tokens, or any measure proportional to them; None: not known, no wear moves);
+        ``extends``: whether the session's node holds the prompt (``HeldPrefixes``; None: not known)."""
         alive = alive if alive is not None else [True] * self.n_nodes
         if len(alive) != self.n_nodes:
             raise AffinityError(f"{len(alive)} liveness flags for {self.n_nodes} nodes")
@@ -223,8 +281,9 @@ class SessionAffinity:
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
-        elif (current is not None and alive[current] and count[current] - (back is None) * self.guests[current] < cap
-              and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear)):
+        elif (current is not None and alive[current]
+              and (count[current] - (back is None) * self.guests[current] < cap or self.keeps(current, size, extends))
+              and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear, extends)):
             node, kind = current, "stayed"
         else:
             node = self.place(key, alive, cap, wear, size)
@@ -242,6 +301,7 @@ class SessionAffinity:
         self.stats[kind] += 1
         self.active[key] = (node, now, size if size is not None else 0.0)
         count[node] += 1
+        self.routed[node] += 1
         self.guests[node] += key in self.displaced
         self.home[key] = (node, now, size)
         self.home.move_to_end(key)
@@ -250,3 +310,45 @@ class SessionAffinity:
             if old not in self.active:
                 self.displaced.pop(old, None)
         return node
+
+
+class HeldPrefixes:
+    """Per session, the prefixes its requests sent to its current node: whether the node holds a new
+    request's prompt (``extends``: at least ``frac`` of it, by weight, is a prefix the node was sent).
+
+    A driver names a request's prefixes by ids, each standing for the whole prompt up to it (the replay:
+    its block keys; the launcher: digests of its messages so far), in order, with weights (None: 1 each).
+    It asks ``extends`` before ``SessionAffinity.pick`` and calls ``record`` with the node it picked; a
+    session that changes node starts an empty set there. ``frac`` 0: ``extends`` is always None.
+    """
+
+    def __init__(self, frac: float, max_sessions: int = 1_000_000) -> None:
+        self.frac = frac
+        self.max_sessions = max_sessions
+        self.held: OrderedDict[Hashable, tuple[int, set]] = OrderedDict()
+
+    def extends(self, key: Hashable, prefixes: Sequence[Hashable],
+                weights: Sequence[float] | None = None) -> bool | None:
+        entry = self.held.get(key)
+        if not self.frac or entry is None or not prefixes:
+            return None
+        held = entry[1]
+        m = 0
+        for p in prefixes:
+            if p not in held:
+                break
+            m += 1
+        if weights is None:
+            return m >= self.frac * len(prefixes)
+        return sum(weights[:m]) >= self.frac * sum(weights)
+
+    def record(self, key: Hashable, node: int, prefixes: Sequence[Hashable]) -> None:
+        if not self.frac:
+            return
+        entry = self.held.get(key)
+        if entry is None or entry[0] != node:
+            entry = self.held[key] = (node, set())
+        entry[1].update(prefixes)
+        self.held.move_to_end(key)
+        if len(self.held) > self.max_sessions:
+            self.held.popitem(last=False)

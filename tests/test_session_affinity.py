@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from sglang_saria.session_affinity import AffinityConfig, AffinityError, SessionAffinity
+from sglang_saria.session_affinity import AffinityConfig, AffinityError, HeldPrefixes, SessionAffinity
 
 
 def test_a_session_stays_on_its_node_while_it_is_below_the_bound():
@@ -154,3 +154,66 @@ def test_with_wear_shrink_a_session_leaves_a_worn_out_drive_at_a_prompt_that_doe
 def test_an_unknown_placement_signal_is_a_clear_error():
     with pytest.raises(AffinityError, match="place_by 'load': choose one of wear, tokens, both"):
         SessionAffinity(2, AffinityConfig(place_by="load"))
+
+
+def test_least_placement_takes_the_node_least_loaded_in_tokens_and_requests_within_the_bounds():
+    s = SessionAffinity(3, AffinityConfig(eps=0.5))
+    keys = [k for k in (f"k{i}" for i in range(2000)) if s.preference(k)[0] == 0]
+    assert s.pick(keys[0], 0.0, size=90_000.0) == 0  # nothing loaded: the first of equals on its ring walk
+    second = s.pick(keys[1], 0.1, size=10_000.0)
+    assert second != 0  # node 0 holds 90k tokens
+    for t in range(2, 12):  # the second session sends many requests; its node's requests rise above the mean
+        assert s.pick(keys[1], t / 10, size=10_000.0) == second
+    third = s.pick(keys[2], 2.0, size=1_000.0)
+    assert third not in (0, second)  # the last node: fewest tokens and requests, although its walk starts at 0
+    with pytest.raises(AffinityError, match="placement 'x': choose one of least, ring"):
+        SessionAffinity(2, AffinityConfig(placement="x"))
+
+
+def test_with_the_cheap_bound_a_node_at_the_bound_sends_off_its_smallest_session_first():
+    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear")
+    s = SessionAffinity(2, cfg)
+    on0 = [k for k in (f"k{i}" for i in range(2000)) if s.preference(k)[0] == 0]
+    big, small = on0[:2]
+    assert s.pick(big, 0.0, size=80_000.0) == 0
+    s.expire(11.0)
+    assert s.pick(small, 11.0, size=2_000.0) == 0  # big is idle: node 0 is free
+    # 2 active: bound ceil(1) + floor(0.1) = 1 each; node 0 holds small, and big returns to it
+    assert s.pick(big, 12.0, size=81_000.0) == 0 and s.stats["moved_bound"] == 0  # small is smaller: big stays
+    assert s.pick(small, 13.0, size=2_500.0) == 1 and s.stats["moved_bound"] == 1  # the smallest leaves
+    strict = SessionAffinity(2, AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear", bound="strict"))
+    strict.pick(big, 0.0, size=80_000.0)
+    strict.expire(11.0)
+    strict.pick(small, 11.0, size=2_000.0)
+    assert strict.pick(big, 12.0, size=81_000.0) == 1  # strict: the returning session moves whatever it holds
+    # cheap, and the node holds big's prompt: it stays even as the smallest
+    t = SessionAffinity(2, cfg)
+    t.pick(small, 0.0, size=2_000.0)
+    t.expire(11.0)
+    t.pick(big, 11.0, size=80_000.0)
+    assert t.pick(small, 12.0, size=2_500.0, extends=True) == 0
+    assert t.pick(small, 13.0, size=2_500.0, extends=False) == 1  # the smallest, and its node does not hold it
+    with pytest.raises(AffinityError, match="bound 'x': choose one of cheap, strict"):
+        SessionAffinity(2, AffinityConfig(bound="x"))
+
+
+def test_with_extends_a_session_leaves_a_worn_out_drive_at_a_prompt_its_node_does_not_hold():
+    s, (a, b, c) = fleet_with_three_on_node_0(AffinityConfig(eps=0.5, place_by="wear", wear_shrink=0.9))
+    worn = [60.0, 10.0, 20.0]
+    assert s.pick(b, 10.0, wear=worn, size=20_000.0, extends=True) == 0  # shrank, but its node holds it: stays
+    assert s.pick(a, 11.0, wear=worn, size=95_000.0, extends=False) != 0  # grew, but not on what its node holds
+    assert s.stats["moved_wear"] == 1
+
+
+def test_held_prefixes_judge_a_prompt_by_the_share_of_it_its_node_was_sent():
+    h = HeldPrefixes(0.5)
+    assert h.extends("s", [1, 2, 3]) is None  # not seen yet
+    h.record("s", 0, [1, 2, 3])
+    assert h.extends("s", [1, 2, 3, 4, 5]) is True  # 3 of 5 held
+    assert h.extends("s", [1, 7, 8, 9]) is False  # 1 of 4
+    assert h.extends("s", [1, 2, 9], weights=[1.0, 1.0, 10.0]) is False  # 2 of 12 by weight
+    h.record("s", 1, [1, 7])  # moved: its new node holds only what it was sent
+    assert h.extends("s", [1, 2, 3, 4]) is False and h.extends("s", [1, 7, 8]) is True
+    assert HeldPrefixes(0.0).extends("s", [1]) is None
+    with pytest.raises(AffinityError, match="held_frac 2"):
+        SessionAffinity(2, AffinityConfig(held_frac=2.0))

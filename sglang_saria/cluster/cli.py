@@ -22,7 +22,7 @@ from sglang_saria.cluster.cluster import Cluster, ClusterConfig
 from sglang_saria.cluster.router import POLICIES, RouterSettings, make_router
 from sglang_saria.cluster.workers import ClusterError, check_workers
 from sglang_saria.launcher import AUDIT_ENV, ServerError
-from sglang_saria.session_affinity import PLACE_BY, AffinityConfig, AffinityError
+from sglang_saria.session_affinity import BOUND, PLACE_BY, PLACEMENT, AffinityConfig, AffinityError
 
 
 def default_store_root() -> Path:
@@ -62,7 +62,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--session-wear-shrink", type=float, default=AffinityConfig.wear_shrink, metavar="F",
                    help="session policy: with wear moves, a session leaves a worn-out worker at a request whose body "
                         "is below F x its previous one's; 0: the worker's largest active session leaves at its next "
-                        "request")
+                        "request (without a held-prefix judgement: --session-held 0)")
+    p.add_argument("--session-placement", default=AffinityConfig.placement, choices=PLACEMENT,
+                   help="session policy: least: a new or moving session takes the qualifying worker least loaded in "
+                        "active prompt bytes and requests; ring: the first on its ring walk")
+    p.add_argument("--session-bound", default=AffinityConfig.bound, choices=BOUND,
+                   help="session policy: cheap: a worker at the bound sends off its smallest sessions, and none whose "
+                        "prompt it holds; strict: the session that finds its worker at the bound moves")
+    p.add_argument("--session-held", type=float, default=AffinityConfig.held_frac, metavar="F",
+                   help="session policy: a request extends what its worker holds when the worker was sent at least F "
+                        "of its messages (by bytes); 0: not judged (wear moves by --session-wear-shrink)")
     p.add_argument("--router-arg", action="append", default=[], metavar="FLAG",
                    help="extra sglang_router.launch_router flag, e.g. --router-arg=--cache-threshold=0.5 (repeat)")
     p.add_argument("--wait-workers", type=float, default=0.0, metavar="S",
@@ -150,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             session = AffinityConfig(eps=args.session_eps, idle_s=args.session_idle, place_by=args.session_place,
                                      wear_moves=bool(args.session_wear_moves),
-                                     wear_shrink=args.session_wear_shrink).validate()
+                                     wear_shrink=args.session_wear_shrink, placement=args.session_placement,
+                                     bound=args.session_bound, held_frac=args.session_held).validate()
         except AffinityError as err:
             raise ClusterError(f"--session-*: {err}") from err
         settings = RouterSettings(policy=args.policy, extra=tuple(args.router_arg), session=session)

@@ -19,7 +19,11 @@ Wear: every ``wear_interval_s`` the same thread reads each live worker's
 drives wore least, as in the replay; a counter that falls (the worker restarted) keeps counting on
 from what it had reached. A request's size is its body's bytes: the core compares it with the
 other active sessions' (placement by tokens) and with the session's previous request's (a session
-leaves a worn-out drive at a body shorter than ``wear_shrink`` x its previous one).
+leaves a worn-out drive at a body shorter than ``wear_shrink`` x its previous one). Whether a request
+extends what its worker holds (``extends``: the core's wear moves and its ``cheap`` bound) is judged on
+its prefixes (``request_prefixes``: a digest of its messages so far after each message, weighted by
+the message's bytes, or of a prompt's text after each ``HEAD_CHARS``), against those the session sent
+that worker (``session_affinity.HeldPrefixes``).
 
 Worker death: a thread probes every worker's ``/v1/models`` each ``probe_interval_s``; a refused
 connection marks it dead at once, other failures after ``probe_failures`` in a row. A request whose
@@ -40,11 +44,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import aiohttp
+import xxhash
 from aiohttp import web
 
 from sglang_saria.cluster.workers import ClusterError
 from sglang_saria.launcher import free_port
-from sglang_saria.session_affinity import AffinityConfig, SessionAffinity, key_hash
+from sglang_saria.session_affinity import AffinityConfig, HeldPrefixes, SessionAffinity, key_hash
 
 ROUTING_KEY_HEADERS = ("x-smg-routing-key", "x-session-id")
 WRITTEN = "sglang:saria_ssd_bytes_written_total"
@@ -72,6 +77,28 @@ def session_key(body: object, headers: Mapping[str, str]) -> str | None:
     else:
         return None
     return f"prefix:{key_hash(head):016x}"
+
+
+def request_prefixes(body: object) -> tuple[list[int], list[float]]:
+    """A request's prefixes and their weights (module docstring); empty when its body has no prompt."""
+    h = xxhash.xxh64()
+    ids: list[int] = []
+    weights: list[float] = []
+    if not isinstance(body, dict):
+        return ids, weights
+    if isinstance(body.get("messages"), list):
+        for message in body["messages"]:
+            part = json.dumps(message, sort_keys=True).encode()
+            h.update(part)
+            ids.append(h.intdigest())
+            weights.append(float(len(part)))
+    elif isinstance(body.get("prompt") or body.get("text"), str):
+        text = (body.get("prompt") or body.get("text")).encode()
+        for i in range(0, len(text), HEAD_CHARS):
+            h.update(text[i:i + HEAD_CHARS])
+            ids.append(h.intdigest())
+            weights.append(float(len(text[i:i + HEAD_CHARS])))
+    return ids, weights
 
 
 @dataclass
@@ -131,6 +158,7 @@ class SessionRouter:
             raise ClusterError("the session router needs at least one worker URL")
         self.worker_urls = list(worker_urls)
         self.core = SessionAffinity(len(worker_urls), config)
+        self.held = HeldPrefixes(config.held_frac, config.max_sessions)
         self.liveness = Liveness(self.worker_urls)
         self.host = host
         self.port = port or free_port(host)
@@ -236,15 +264,20 @@ class SessionRouter:
                            f"{timeout_s:.0f} s (it has {self.workers()})")
 
     # ------------------------------------------------------------ requests
-    def choose(self, key: str | None, size: float | None = None) -> int:
+    def choose(self, key: str | None, size: float | None = None,
+               prefixes: tuple[list[int], list[float]] = ([], [])) -> int:
         """The worker of a request: the core's choice for a keyed one (``size``: its body's bytes, in
-        proportion to its prompt's tokens), else the first live worker."""
+        proportion to its prompt's tokens; ``prefixes``: ``request_prefixes``), else the first live worker."""
         alive = self.liveness.alive
         if not any(alive):
             raise ClusterError(f"no live worker among {self.worker_urls}")
         if key is None:
             return alive.index(True)
-        return self.core.pick(key, time.monotonic(), list(alive), list(self.liveness.wear), size)
+        ids, weights = prefixes
+        extends = self.held.extends(key, ids, weights)
+        node = self.core.pick(key, time.monotonic(), list(alive), list(self.liveness.wear), size, extends)
+        self.held.record(key, node, ids)
+        return node
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -256,7 +289,7 @@ class SessionRouter:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP}
         for _ in range(len(self.worker_urls)):
             try:
-                index = self.choose(key, float(len(body)))
+                index = self.choose(key, float(len(body)), request_prefixes(parsed))
             except ClusterError as err:
                 return web.json_response({"error": {"message": str(err), "type": "no_live_worker"}}, status=503)
             url = self.worker_urls[index]

@@ -13,7 +13,8 @@ recomputes the fleet numbers from the per-node records).
 ``--skip-sessions K`` drops the first K trace files (a held-out part); ``--copies N`` replays each
 session group N times as new conversations (``workload.replicate``: a held-out part at the load of the
 whole); ``--session-eps``,
-``--session-idle``, ``--session-place``, ``--session-wear-moves`` and ``--session-wear-shrink`` override
+``--session-idle``, ``--session-place``, ``--session-wear-moves``, ``--session-wear-shrink``, ``--session-placement``,
+``--session-bound`` and ``--session-held`` override
 the ``session`` router's constants (how they were chosen: docs/fleet.md).
 
     nice -n 10 saria-fleet-table --jobs 2 --json docs/data/fleet.json --update-doc docs/fleet.md
@@ -40,7 +41,7 @@ from sglang_saria.replay.report import md_table
 from sglang_saria.replay.agent_prompts import weka_dir
 from sglang_saria.replay.routing import ROUTERS
 from sglang_saria.replay.workload import apply_limits, replicate, session_starts
-from sglang_saria.session_affinity import PLACE_BY, AffinityConfig
+from sglang_saria.session_affinity import BOUND, PLACE_BY, PLACEMENT, AffinityConfig
 
 MODELS = ("qwen3-8b", "qwen3.5-9b")
 # E2: the paper's recommended threshold; full duplicate: the write ceiling, and the policy under which
@@ -189,12 +190,19 @@ def format_setup(doc: dict) -> str:
             f"{b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
     if any(r["router"] == "session" for r in doc["records"]):
-        c = doc["session_router"]
+        c = setting(doc)
         moves = "off" if not c["wear_moves"] else (
+            f"on, at a prompt of which its node holds less than {c['held_frac']}" if c["held_frac"] else
             f"on, at a prompt below {c['wear_shrink']}x the session's previous" if c.get("wear_shrink")
             else "on, the largest session at its next request")
-        line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, new "
-                 f"sessions placed by {c['place_by']}, wear moves {moves}.")
+        if c["placement"] == "ring":
+            line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, "
+                     f"new sessions placed by {c['place_by']}, wear moves {moves}.")
+        else:
+            leaves = "cheapest sessions first" if c["bound"] == "cheap" else "returning session"
+            line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, "
+                     f"new sessions on the least loaded (tokens and requests) within the bounds of {c['place_by']}, "
+                     f"a node at the bound sends off its {leaves}, wear moves {moves}.")
     return line
 
 
@@ -274,7 +282,8 @@ def chosen_setting(doc: dict) -> dict:
 
 def setting(part: dict) -> dict:
     """A sweep part's session-router constants; an older sweep's JSON lacks the later ones (what it ran)."""
-    return {"place_by": "wear", "wear_moves": False, "wear_shrink": 0.0, **part["session_router"]}
+    return {"place_by": "wear", "wear_moves": False, "wear_shrink": 0.0, "placement": "ring", "bound": "strict",
+            "held_frac": 0.0, **part["session_router"]}
 
 
 # constants are chosen on the first this many WEKA trace files only; the rest are held out
@@ -295,8 +304,12 @@ def format_sweep(doc: dict) -> str:
     for part, (met, _, mean) in zip(doc["sweep"], scores):
         c = setting(part)
         moves = "no" if not c["wear_moves"] else (
+            f"yes, at a prompt its node holds < {c['held_frac']}" if c["held_frac"] else
             f"yes, at a prompt below {c['wear_shrink']}x" if c["wear_shrink"] else "yes, largest")
-        cells = [c["place_by"], moves, f"{c['eps']}", f"{c['idle_s']:.0f}"]
+        if c["bound"] == "cheap":
+            moves += "; bound: cheapest first"
+        placed = c["place_by"] + (", least loaded" if c["placement"] == "least" else "")
+        cells = [placed, moves, f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
         for n in sorted({r["nodes"] for r in fleets}):
             t = [targets(part, r) for r in fleets if r["nodes"] == n]
@@ -399,6 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--session-wear-shrink", default=str(AffinityConfig.wear_shrink), metavar="F",
                    help="session router: a session leaves a worn-out drive at a prompt below F x its previous one "
                         "(0: the drive's largest session leaves at its next request; or several)")
+    p.add_argument("--session-placement", default=AffinityConfig.placement,
+                   help=f"session router: a new session's node ({', '.join(PLACEMENT)}; or several)")
+    p.add_argument("--session-bound", default=AffinityConfig.bound,
+                   help=f"session router: who leaves a node at the bound ({', '.join(BOUND)}; or several)")
+    p.add_argument("--session-held", default=str(AffinityConfig.held_frac), metavar="F",
+                   help="session router: a prompt extends what its node holds at F of its prefix "
+                        "(0: not judged; or several)")
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--policies", default=",".join(POLICIES))
     p.add_argument("--nodes", default=",".join(map(str, NODES)))
@@ -433,7 +453,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.copies < 1:
             p.error(f"--copies {args.copies}: must be >= 1")
         args.work = Workload(args.sessions, args.skip_sessions, args.copies)
-        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv), wear_shrink=f).validate()
+        settings = [AffinityConfig(eps=e, idle_s=i, place_by=pl, wear_moves=bool(mv), wear_shrink=f, placement=pm,
+                                   bound=b, held_frac=h).validate()
+                    for pm in _csv(args.session_placement, PLACEMENT, "--session-placement")
+                    for b in _csv(args.session_bound, BOUND, "--session-bound")
+                    for h in _csv(args.session_held, None, "--session-held", float)
                     for pl in _csv(args.session_place, PLACE_BY, "--session-place")
                     for mv in _csv(args.session_wear_moves, (0, 1), "--session-wear-moves", int)
                     for f in _csv(args.session_wear_shrink, None, "--session-wear-shrink", float)

@@ -46,7 +46,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sglang_saria.session_affinity import AffinityConfig, SessionAffinity
+from sglang_saria.session_affinity import AffinityConfig, HeldPrefixes, SessionAffinity
 from sglang_saria.units import ConfigError
 
 ROUTERS = ("cache_aware", "round_robin", "random", "session")
@@ -234,10 +234,14 @@ class SessionRouter(Router):
         super().__init__(n_nodes)
         self.core = SessionAffinity(n_nodes, config)
         self.stats = self.core.stats
+        self.held = HeldPrefixes(config.held_frac, config.max_sessions)  # the request's block keys are its prefixes
 
     def pick(self, keys: Sequence[int], input_tokens: int, loads: Sequence[int], now: float, session: int,
              wear: Sequence[float] = (), alive: Sequence[bool] = ()) -> int:
-        return self.core.pick(session, now, alive or None, wear or None, input_tokens)
+        extends = self.held.extends(session, keys)
+        node = self.core.pick(session, now, alive or None, wear or None, input_tokens, extends)
+        self.held.record(session, node, keys)
+        return node
 
 
 def make_router(name: str, n_nodes: int, block_tokens: int, seed: int = 0,

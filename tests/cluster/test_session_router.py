@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from sglang_saria.cluster.router import RouterSettings
-from sglang_saria.cluster.session_router import WORKER_HEADER, SessionRouter, session_key
+from sglang_saria.cluster.session_router import WORKER_HEADER, SessionRouter, request_prefixes, session_key
+from sglang_saria.session_affinity import HeldPrefixes
 from sglang_saria.cluster.workers import ClusterError
 from tests.cluster.model_list_server import EchoWorker
 
@@ -37,6 +38,20 @@ def test_the_session_key_is_the_saria_session_then_a_header_then_the_conversatio
     assert session_key(body, {}) == session_key(longer, {}) and session_key(body, {}).startswith("prefix:")
     assert session_key({"text": "x" * 600}, {}) == session_key({"text": "x" * 512 + "y"}, {})
     assert session_key(None, {}) is None and session_key({"model": "m"}, {}) is None
+
+
+def test_a_requests_prefixes_are_its_messages_so_far_and_a_next_turn_extends_them():
+    held = HeldPrefixes(0.5)
+    ids, weights = request_prefixes(chat("a", 2))
+    assert len(ids) == len(weights) == 3 and len(set(ids)) == 3
+    held.record("a", 0, ids)
+    assert held.extends("a", *request_prefixes(chat("a", 4))) is True  # 3 of its 5 messages held
+    compacted = {**chat("a", 0), "messages": [{"role": "user", "content": "summary " * 50}]}
+    assert held.extends("a", *request_prefixes(compacted)) is False  # larger, but nothing its worker was sent
+    text = request_prefixes({"text": "x" * 1100})
+    assert len(text[0]) == 3 and text[1] == [512.0, 512.0, 76.0]
+    assert request_prefixes({"text": "x" * 1100 + "y"})[0][:2] == text[0][:2]
+    assert request_prefixes(None) == ([], []) and request_prefixes({"model": "m"}) == ([], [])
 
 
 @pytest.fixture

@@ -31,9 +31,15 @@ JSONS = {
     "loadsweep": ("fleet_session_sweep_load.json", {"sweep"}),
     "loadheld": ("fleet_session_heldout_x2_sweep.json", {"sweep"}),
     "idle350": ("fleet_session_idle_350.json", {"sweep"}),
+    "design": ("fleet_session_design.json", {"sweep"}),
+    "designeps": ("fleet_session_design_eps.json", {"sweep"}),
+    "designidle": ("fleet_session_design_idle.json", {"sweep"}),
+    "designheld": ("fleet_session_design_held.json", {"sweep"}),
 }
 SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
            "wear_moves": AffinityConfig.wear_moves, "wear_shrink": AffinityConfig.wear_shrink}
+# the rule's structure, chosen after the constants above (fleet_session_design.json)
+DESIGN = {"placement": AffinityConfig.placement, "bound": AffinityConfig.bound, "held_frac": AffinityConfig.held_frac}
 
 
 def load(name: str) -> dict:
@@ -85,8 +91,9 @@ def test_the_json_covers_1_to_8_nodes_three_routers_both_models_over_the_same_re
 
 
 def test_the_session_tables_cover_both_models_e2_and_auto_on_4_and_8_nodes_with_the_shipped_constants():
-    shipped = SHIPPED
-    for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175)):
+    shipped = {**SHIPPED, **DESIGN}
+    for name, sessions, skip in (("fleet_session.json", 350, 0), ("fleet_session_heldout.json", 350, 175),
+                                 ("fleet_session_heldout_x2.json", 350, 175)):
         doc = load(name)
         assert (doc["sessions"], doc["skip_sessions"]) == (sessions, skip)
         assert {k: fleet_table.setting(doc)[k] for k in shipped} == shipped
@@ -127,6 +134,32 @@ def test_the_shipped_eps_and_idle_are_the_earlier_sweeps_choice_on_sessions_1_to
     assert (doc["sessions"], doc["skip_sessions"]) == (175, 0)
     chosen = fleet_table.chosen_setting(doc)
     assert (chosen["eps"], chosen["idle_s"]) == (AffinityConfig.eps, AffinityConfig.idle_s)
+
+
+def test_the_shipped_rule_is_the_design_sweeps_choice_on_sessions_1_to_175_copied_twice():
+    """Placement, the bound and the wear moves' held-prefix test, each on or off (2 x 2 x 2), at the shipped
+    constants, on the load the targets are stated at; CHAR against cache_aware's on the same copies."""
+    doc = load("fleet_session_design.json")
+    assert (doc["sessions"], doc["skip_sessions"], doc["copies"]) == (175, 0, 2)
+    assert fleet_table.chosen_setting(doc) == {**fleet_table.setting(doc["sweep"][0]), **SHIPPED, **DESIGN,
+                                               "vnodes": AffinityConfig.vnodes}
+    assert {tuple(fleet_table.setting(p)[k] for k in DESIGN) for p in doc["sweep"]} == {
+        (pl, b, h) for pl in ("ring", "least") for b in ("strict", "cheap") for h in (0.0, 0.5)}
+    assert {(r["model"], r["policy"], r["nodes"]) for r in doc["baseline"]} == {
+        (r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
+
+
+@pytest.mark.parametrize(("name", "field", "values"), [("fleet_session_design_eps.json", "eps", None),
+                                                       ("fleet_session_design_idle.json", "idle_s", None),
+                                                       ("fleet_session_design_held.json", "held_frac", [0.25, 1.0])])
+def test_the_shipped_rules_constants_halved_and_doubled_on_sessions_1_to_175_copied_twice(name, field, values):
+    doc = load(name)
+    assert (doc["sessions"], doc["skip_sessions"], doc["copies"]) == (175, 0, 2)
+    shipped = {**SHIPPED, **DESIGN}
+    settings = [fleet_table.setting(part) for part in doc["sweep"]]
+    assert sorted(c[field] for c in settings) == (values or [shipped[field] / 2, shipped[field] * 2])
+    for c in settings:
+        assert {k: c[k] for k in shipped if k != field} == {k: v for k, v in shipped.items() if k != field}
 
 
 @pytest.mark.parametrize(("name", "field"), [("fleet_session_heldout_eps.json", "eps"),
@@ -184,7 +217,7 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
     tune, held_sweep, all350 = (load(n) for n in ("fleet_session_sweep_load.json", "fleet_session_heldout_x2_sweep.json",
                                                   "fleet_session_idle_350.json"))
     assert (held["sessions"], held["skip_sessions"], held["copies"]) == (350, 175, 2)
-    assert {k: fleet_table.setting(held)[k] for k in SHIPPED} == SHIPPED
+    assert {k: fleet_table.setting(held)[k] for k in {**SHIPPED, **DESIGN}} == {**SHIPPED, **DESIGN}
     assert (tune["sessions"], tune["skip_sessions"], tune["copies"]) == (175, 0, 2) and fleet_table.chooses(tune)
     assert (held_sweep["sessions"], held_sweep["skip_sessions"], held_sweep["copies"]) == (350, 175, 2)
     assert not fleet_table.chooses(held_sweep) and not fleet_table.chooses(all350)
@@ -197,10 +230,17 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
     fleets = [r for r in held["records"] if r["router"] == "session" and r["nodes"] > 1]
     t = {(r["model"], r["policy"], r["nodes"]): fleet_table.targets(held, r) for r in fleets}
     cells = [ok for x in t.values() for _, ok in x.values()]
-    unmet = {(k, name): v for k, x in t.items() for name, (v, ok) in x.items() if not ok}
-    assert set(unmet) == {(("qwen3-8b", "eviction:E2", 8), "dwpd"), (("qwen3.5-9b", "eviction:E2", 8), "requests")}
-    ca8 = [r["fleet"]["dwpd_per_drive_max"] for r in held["records"] if r["router"] == "cache_aware" and r["nodes"] == 8]
+    assert all(cells)  # the shipped rule, replayed once on the held-out copies
     s8 = [r["fleet"] for r in fleets if r["nodes"] == 8]
+    # the earlier rule at the same constants: its part of the held-out sweep (the same copies and baseline)
+    (old,) = [p for p in held_sweep["sweep"] if (p["session_router"]["eps"], p["session_router"]["idle_s"]) ==
+              (SHIPPED["eps"], SHIPPED["idle_s"])]
+    assert fleet_table.setting(old)["placement"] == "ring" and fleet_table.setting(old)["bound"] == "strict"
+    scored_old = {"records": old["records"] + held_sweep["baseline"]}
+    t_old = {(r["model"], r["policy"], r["nodes"]): fleet_table.targets(scored_old, r) for r in old["records"]
+             if r["nodes"] > 1}
+    unmet = {(k, name): v for k, x in t_old.items() for name, (v, ok) in x.items() if not ok}
+    assert set(unmet) == {(("qwen3-8b", "eviction:E2", 8), "dwpd"), (("qwen3.5-9b", "eviction:E2", 8), "requests")}
     scores = {n: fleet_table.sweep_scores(d) for n, d in (("tune", tune), ("held", held_sweep), ("350", all350))}
     idle = {n: [fleet_table.setting(p)["idle_s"] for p in d["sweep"]] for n, d in
             (("tune", tune), ("held", held_sweep), ("350", all350))}
@@ -222,13 +262,16 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
                     for r in p["records"] if r["nodes"] == 8) for p in doc["sweep"]]
 
     phrases = [
-        f"meet every target in {sum(all(ok for _, ok in x.values()) for x in t.values())} of the 8 fleets "
-        f"({sum(cells)} of the {len(cells)} cells)",
-        f"the busiest drive is {unmet[('qwen3-8b', 'eviction:E2', 8), 'dwpd']:.2f}x the mean drive for qwen3-8b E2 at 8 nodes",
-        f"serves {unmet[('qwen3.5-9b', 'eviction:E2', 8), 'requests']:.4f}x the mean node's requests for qwen3.5-9b E2",
-        f"(busiest drive {_span([x['dwpd'][0] for k, x in t.items() if k[2] == 4], '.2f')}x the mean)",
-        f"write {_span([f['dwpd_per_drive_mean'] for f in s8], '.2f')} DWPD on the mean and "
-        f"{_span([f['dwpd_per_drive_max'] for f in s8], '.2f')} at the busiest, against {_span(ca8, '.2f')} DWPD",
+        f"meet every target in all 8 fleets ({sum(cells)} of {len(cells)} cells)",
+        f"the busiest drive at most {max(x['dwpd'][0] for x in t.values()):.2f}x the mean drive (8 nodes: "
+        f"{_span([x['dwpd'][0] for k, x in t.items() if k[2] == 8], '.2f')}; 4 nodes: "
+        f"{_span([x['dwpd'][0] for k, x in t.items() if k[2] == 4], '.2f')}), the busiest node at most "
+        f"{max(x['requests'][0] for x in t.values()):.2f}x",
+        f"at most {max(x['moved'][0] for x in t.values()):.1%} of requests moved; the busiest 8-node drive writes "
+        f"{_span([f['dwpd_per_drive_max'] for f in s8], '.2f')} DWPD",
+        f"The earlier rule met {sum(ok for x in t_old.values() for _, ok in x.values())} of the 32 here (busiest drive "
+        f"{unmet[('qwen3-8b', 'eviction:E2', 8), 'dwpd']:.2f}x for qwen3-8b E2 at 8 nodes, busiest node "
+        f"{unmet[('qwen3.5-9b', 'eviction:E2', 8), 'requests']:.4f}x for qwen3.5-9b E2 at 8 nodes)",
         f"all 8 fleets ({_span([x[0] for x in scores['tune']], 'd')} of 8); the rule would choose idle "
         f"{chosen['idle_s']:.0f} s ({met('tune', 0.25, 3600.0)} of 8) over the shipped {SHIPPED['idle_s']:.0f} s "
         f"({met('tune', SHIPPED['eps'], SHIPPED['idle_s'])} of 8)",
