@@ -44,6 +44,12 @@ from sglang_saria.reload.worker import ReloadJob
 # Job reasons that are no store status (the others are reported as ``store_<status>``).
 _OWN_REASONS = frozenset({"stopped", "peer_rank", "worker_error"})
 
+# How long (step clock) a stall with no claim lasts before the reloads behind the first one held
+# back give their locked paths up (`PendingReloads._break_hold_and_wait`): longer than the one
+# step between a prefill batch and its merge into the running batch (the overlap scheduler),
+# which the stall check cannot tell from an idle scheduler.
+HOLD_AND_WAIT_S = 1.0
+
 
 @dataclass
 class PendingReload:
@@ -198,6 +204,7 @@ class PendingReloads:
         # request -> (request, resume context) of those waiting for its reload's pages; and the reverse
         self.followers: dict[str, list[tuple[str, Any]]] = {}
         self.following: dict[str, str] = {}
+        self.stuck_since: Optional[float] = None  # step clock: stalled passes with no claim since
         # request -> resume context of those probed again at the next step (`reprobe`)
         self.reprobing: dict[str, Any] = {}
 
@@ -205,7 +212,12 @@ class PendingReloads:
         return rid in self.by_rid or rid in self.following or rid in self.reprobing
 
     def track(self, pending: PendingReload) -> None:
-        """A probed reload waits for its device memory (claimed at the next `start_deferred`)."""
+        """A probed reload waits for its device memory (claimed at the next `start_deferred`).
+        A request probed again (SGLang reissues its storage lookup when its device prefix shrank)
+        leaves the ledger: its new reload's demand states what it needs now, and an entry kept
+        from its earlier reload would count its need twice, holding back the reloads behind it
+        (and its own) while nothing runs."""
+        self.holders.release(pending.rid)
         self.by_rid[pending.rid] = pending
         self.deferred.append(pending.rid)
         for h in pending.ssd_hashes:
@@ -265,9 +277,22 @@ class PendingReloads:
         (`device_capacity`); one the pool cannot take yet is released when its read is measured
         to be slower than computing its tokens (`reload_admission.waiting_pays`: its request is
         served sooner recomputing), else it waits until its deadline or memory deadline,
-        whichever is later, then its request recomputes (`device_memory`). Returns the demand of
-        the first reload the rule holds back (None: none is).
+        whichever is later, then its request recomputes (`device_memory`). Stalled passes that
+        claim nothing for `HOLD_AND_WAIT_S` break a hold and wait (`_break_hold_and_wait`).
+        Returns the demand of the first reload the rule holds back (None: none is).
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
+        held_back = self._claim_deferred(cap, wait, stalled)
+        if held_back is None or not stalled or self.inflight_tokens:
+            self.stuck_since = None
+        elif self.stuck_since is None:
+            self.stuck_since = self.host.step_clock()
+        elif self.host.step_clock() - self.stuck_since >= HOLD_AND_WAIT_S:
+            self._break_hold_and_wait(held_back)
+            self.stuck_since = None
+        return held_back
+
+    def _claim_deferred(self, cap: int, wait: bool, stalled: bool) -> Optional[ReloadDemand]:
+        """One pass of `start_deferred`'s claims; returns the first reload held back."""
         if not self.deferred:
             return None
         held_back: Optional[ReloadDemand] = None
@@ -302,6 +327,16 @@ class PendingReloads:
             if wait:
                 pending.job.wait()
         return held_back
+
+    def _break_hold_and_wait(self, first: ReloadDemand) -> None:
+        """A stall no claim ends: ``first`` waits for device room that the waiting reloads behind
+        it lock (a follower locks the path it resumed on, `hicache/direct_reload/follow.py`),
+        while none of them fits either. Those reloads are given up (`stalled`): their requests
+        are admitted with the device prefix they match (unlocked now, so evictable) and compute
+        the rest. They stay out of the ledger: behind ``first`` in the queue, their need must
+        not hold it back."""
+        for rid in [rid for rid in self.deferred if rid != first.rid and self.by_rid[rid].anchor_lock is not None]:
+            self._give_up(rid, "stalled")
 
     def _recompute(self, demand: ReloadDemand, reason: str) -> None:
         """A reload the rule held back is given up: its request now needs the reload's tokens
@@ -412,6 +447,7 @@ class PendingReloads:
         self.holders.reset()
         self.hold(-self.inflight_tokens)
         self.inflight_states = 0
+        self.stuck_since = None
 
     def hold(self, tokens: int) -> None:
         self.inflight_tokens += tokens

@@ -237,6 +237,34 @@ def test_a_stalled_scheduler_lets_reloads_behind_one_held_back_claim(machine):
     assert reloads.start_deferred(cap=1000, stalled=True).rid == "a"  # still waiting, nothing else claimed
 
 
+def test_a_stall_no_claim_ends_gives_up_the_locked_reloads_behind_the_first(machine):
+    """The first reload held back waits for room the followers behind it lock (the paths they
+    resumed on), and none of them fits either: after `HOLD_AND_WAIT_S` of stalled passes with no
+    claim, those followers are given up (their requests compute what they lack) and stay out of
+    the ledger; a reload behind that locks nothing keeps waiting, and one step of stall (the
+    overlap scheduler's) gives up nothing."""
+    reloads, host, metrics = machine
+    host.free = 12
+    for rid, pages in (("a", 4), ("f", 4), ("g", 4), ("plain", 4)):
+        reloads.track(pending(rid, pages))
+    reloads.by_rid["f"].anchor_lock = reloads.by_rid["g"].anchor_lock = "published path"
+    host.clock = 1.0
+    assert reloads.start_deferred(cap=1000, stalled=True).rid == "a"
+    host.clock = 1.5
+    reloads.start_deferred(cap=1000, stalled=True)
+    assert metrics.fallbacks == [] and reloads.deferred == ["a", "f", "g", "plain"]
+    host.clock = 2.0
+    assert reloads.start_deferred(cap=1000, stalled=True).rid == "a"
+    assert metrics.fallbacks == ["stalled", "stalled"] and host.unlocked == ["f", "g"]
+    assert reloads.deferred == ["a", "plain"] and reloads.holders.needs == {}
+    host.clock = 4.0  # a pass that is not stalled starts the count again
+    reloads.start_deferred(cap=1000)
+    reloads.by_rid["plain"].anchor_lock = "published path"
+    host.clock = 4.5
+    reloads.start_deferred(cap=1000, stalled=True)
+    assert metrics.fallbacks == ["stalled", "stalled"]
+
+
 def test_best_effort_cuts_every_reload_at_its_first_step(machine):
     reloads, host, metrics = machine
     reloads.track(pending("a", 2))
@@ -436,14 +464,20 @@ def test_a_released_reload_stops_holding(machine):
     assert "a" not in reloads.holders and reloads.holders.held_need() == 0
 
 
-def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
-    """The rule holds a reload back while other reloaded requests go first: it waits past the
-    prefetch deadline, up to its memory deadline (`transfer.reload_hold_s`), then recomputes."""
-    reloads, host, metrics = machine
+def track_held_back_to_its_memory_deadline(reloads: PendingReloads, host: FakeHost) -> None:
+    """Reload "a" (8 tokens) tracked in a pool with room for 4: held back until its memory
+    deadline at 30 s (its prefetch deadline, 1 s, passes first)."""
     host.free = 4
     p = pending("a", 2, deadline=1.0)
     p.memory_deadline = 30.0
     reloads.track(p)
+
+
+def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
+    """The rule holds a reload back while other reloaded requests go first: it waits past the
+    prefetch deadline, up to its memory deadline (`transfer.reload_hold_s`), then recomputes."""
+    reloads, host, metrics = machine
+    track_held_back_to_its_memory_deadline(reloads, host)
     host.clock = 20.0
     reloads.start_deferred(cap=1000)
     assert "a" in reloads and not metrics.fallbacks
@@ -452,6 +486,23 @@ def test_a_reload_held_back_for_memory_waits_to_its_memory_deadline(machine):
     assert "a" not in reloads and metrics.fallbacks == ["device_memory"]
     # Its request computes the 8 tokens too: ahead of the reloads behind it until its prefill.
     assert reloads.holders.needs == {"a": 1 + 8}
+
+
+def test_a_request_probed_again_leaves_the_ledger_its_given_up_reload_put_it_in(machine):
+    """A request whose reload was given up at its memory deadline is in the ledger as
+    recomputing; SGLang reissues its storage lookup when its device prefix shrank, and the new
+    reload's demand replaces that entry (kept, it would count the request's need twice and hold
+    back its own reload with the whole pool free)."""
+    reloads, host, metrics = machine
+    track_held_back_to_its_memory_deadline(reloads, host)
+    host.clock = 31.0
+    reloads.start_deferred(cap=1000)
+    assert metrics.fallbacks == ["device_memory"] and reloads.holders.needs == {"a": 9}
+    host.free = 64
+    reloads.track(pending("a", 2, deadline=40.0))
+    assert reloads.holders.needs == {}
+    reloads.start_deferred(cap=1000)
+    assert [j.rid for j in host.submitted] == ["a"] and reloads.holders.needs == {"a": 1}
 
 
 @pytest.mark.parametrize("prefill_tps, given_up", [(4.0, False), (16.0, True), (None, False)])
