@@ -29,7 +29,11 @@ the ring's first fit left 8-node fleets' busiest node and drive over the targets
   node holds most of its prompt (``extends``, below); so the bound is exact at placement and a node
   may exceed it by the sessions that would each recompute a large held context if they moved, until
   its small or non-extending sessions leave. ``"strict"``: the returning session moves whatever it
-  costs. Why: a moved session recomputes its context on its new node and, once evicted twice there,
+  costs. ``"shed"``: exact after every pick; of the node's active sessions and the returning one
+  (which costs nothing to move when its node does not hold its prompt) the one with the smallest
+  prompt moves, an idle one reassigned at once (it counts on its new node, its next request goes
+  there), and after each pick every live node above the bound (the mean falls as sessions go idle)
+  sends its cheapest sessions to the least loaded nodes below it. Why: a moved session recomputes its context on its new node and, once evicted twice there,
   writes it to that drive; on WEKA sessions the strict bound moved 400K-token contexts for a session
   count, and those moves decided which 8-node drive wrote most (docs/fleet.md).
 - A new or moving session takes, of the live nodes below the session bound whose drives are not over
@@ -84,7 +88,7 @@ class AffinityError(ValueError):
 
 
 PLACEMENT = ("least", "ring")  # AffinityConfig.placement
-BOUND = ("cheap", "strict")  # AffinityConfig.bound
+BOUND = ("cheap", "strict", "shed")  # AffinityConfig.bound
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,8 @@ class AffinityConfig:
     # means); "ring": the first on its ring walk within the token bound
     placement: str = "least"
     # "cheap": a session at a node at the bound stays if a smaller active session is there or its node holds its
-    # prompt (extends); "strict": it moves
+    # prompt (extends); "strict": it moves; "shed": the cheapest of the node's sessions and it moves, at once, and
+    # every live node is held to the bound after each pick
     bound: str = "cheap"
     # a prompt extends what its node holds when this session sent that node at least this fraction of its prefix
     # (HeldPrefixes, the drivers'); 0: drivers do not tell (the shrink rule decides wear moves)
@@ -144,7 +149,8 @@ class SessionAffinity:
 
     ``pick`` is the only entry point; ``stats`` counts its decisions: ``placed`` (a session's first
     request), ``stayed``, ``moved_bound`` (its node was at the bound), ``moved_dead`` (its node was
-    dead), ``returned`` (back to the node it left when that node died).
+    dead), ``returned`` (back to the node it left when that node died), ``shed`` (an idle session
+    reassigned by the ``shed`` bound; counted with that bound only).
     """
 
     def __init__(self, n_nodes: int, config: AffinityConfig = AffinityConfig()) -> None:
@@ -163,7 +169,10 @@ class SessionAffinity:
         self.home: OrderedDict[Hashable, tuple[int, float, float | None]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
         self.routed = [0] * n_nodes  # requests routed per node
+        self.shed: set[Hashable] = set()  # sessions reassigned while idle (their new node holds nothing of theirs)
         self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
+        if self.cfg.bound == "shed":
+            self.stats["shed"] = 0
 
     def preference(self, key: Hashable) -> list[int]:
         """The nodes in the order the key's ring walk meets them."""
@@ -250,6 +259,44 @@ class SessionAffinity:
             return fits[0]
         return min(open_nodes, key=wear.__getitem__) if wear else open_nodes[0]
 
+    def _cheapest_on(self, node: int) -> tuple[Hashable, float] | None:
+        """The active session of ``node`` with the smallest last prompt (the cheapest to move), or None."""
+        on = [(k, z) for k, (n, _, z) in self.active.items() if n == node]
+        return min(on, key=lambda kz: kz[1]) if on else None
+
+    def _reassign(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> None:
+        """Move idle active session ``key`` to a node below ``cap`` now (``place``): it counts there at once and
+        its next request goes there (``shed`` bound)."""
+        old, t, z = self.active[key]
+        node = self.place(key, alive, cap, wear, z or None)
+        self.active[key] = (node, t, z)
+        self.count[old] -= 1
+        self.count[node] += 1
+        guest = key in self.displaced
+        self.guests[old] -= guest
+        self.guests[node] += guest
+        _, home_t, home_size = self.home.get(key, (node, t, z))
+        self.home[key] = (node, home_t, home_size)
+        self.shed.add(key)
+        self.stats["shed"] += 1
+
+    def _hold_to_bound(self, alive: Sequence[bool], cap: int, wear: Sequence[float] | None, keep: Hashable) -> None:
+        """``shed`` bound: every live node above ``cap`` active sessions (the mean fell as sessions went idle)
+        sends its cheapest ones, other than ``keep`` (the session just routed), to nodes below it."""
+        for node in range(self.n_nodes):
+            while alive[node] and self.count[node] > cap:
+                cheapest = min(((k, z) for k, (n, _, z) in self.active.items() if n == node and k != keep),
+                               key=lambda kz: kz[1])
+                self._reassign(cheapest[0], alive, cap, wear)
+
+    def _sheds_other(self, node: int, size: float | None, extends: bool | None) -> Hashable | None:
+        """``shed`` bound, a session returning to ``node`` at the bound: the node's other active session to move
+        instead of it, if one is cheaper (a smaller last prompt) than it; moving the returning session costs
+        nothing when its node does not hold its prompt (``extends`` False)."""
+        cheapest = self._cheapest_on(node)
+        own = 0.0 if extends is False else (size or 0.0)
+        return cheapest[0] if cheapest is not None and cheapest[1] < own else None
+
     def keeps(self, node: int, size: float | None, extends: bool | None) -> bool:
         """With the ``cheap`` bound, whether a session of ``node``, which is at the bound, stays there: its
         node holds its prompt, or another active session there is smaller (it leaves first)."""
@@ -271,6 +318,9 @@ class SessionAffinity:
         if not any(alive):
             raise AffinityError(f"no live node among {self.n_nodes}")
         self.expire(now)
+        if key in self.shed:  # reassigned while idle: its node holds nothing of its prompt
+            self.shed.discard(key)
+            extends = False if extends is not None else None
         entry = self.active.pop(key, None)
         back = self.displaced.get(key)
         if entry is not None:
@@ -283,6 +333,11 @@ class SessionAffinity:
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
+        elif (self.cfg.bound == "shed" and current is not None and alive[current] and count[current] >= cap
+              and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear, extends)
+              and (other := self._sheds_other(current, size, extends)) is not None):
+            self._reassign(other, alive, cap, wear)
+            node, kind = current, "stayed"
         elif (current is not None and alive[current]
               and (count[current] - (back is None) * self.guests[current] < cap or self.keeps(current, size, extends))
               and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear, extends)):
@@ -311,6 +366,9 @@ class SessionAffinity:
             old, _ = self.home.popitem(last=False)
             if old not in self.active:
                 self.displaced.pop(old, None)
+                self.shed.discard(old)
+        if self.cfg.bound == "shed":
+            self._hold_to_bound(alive, cap, wear, key)
         return node
 
 

@@ -5,6 +5,8 @@ import math
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sglang_saria.session_affinity import AffinityConfig, AffinityError, HeldPrefixes, SessionAffinity
 
@@ -170,14 +172,20 @@ def test_least_placement_takes_the_node_least_loaded_in_tokens_and_requests_with
         SessionAffinity(2, AffinityConfig(placement="x"))
 
 
-def test_with_the_cheap_bound_a_node_at_the_bound_sends_off_its_smallest_session_first():
-    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear")
+def big_idle_then_small_on_node_0(cfg: AffinityConfig) -> tuple[SessionAffinity, str, str]:
+    """Two nodes; ``big`` (80k tokens) served by node 0, idle past ``idle_s``, then ``small`` (2k) placed there."""
     s = SessionAffinity(2, cfg)
     on0 = [k for k in (f"k{i}" for i in range(2000)) if s.preference(k)[0] == 0]
     big, small = on0[:2]
     assert s.pick(big, 0.0, size=80_000.0) == 0
     s.expire(11.0)
     assert s.pick(small, 11.0, size=2_000.0) == 0  # big is idle: node 0 is free
+    return s, big, small
+
+
+def test_with_the_cheap_bound_a_node_at_the_bound_sends_off_its_smallest_session_first():
+    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear")
+    s, big, small = big_idle_then_small_on_node_0(cfg)
     # 2 active: bound ceil(1) + floor(0.1) = 1 each; node 0 holds small, and big returns to it
     assert s.pick(big, 12.0, size=81_000.0) == 0 and s.stats["moved_bound"] == 0  # small is smaller: big stays
     assert s.pick(small, 13.0, size=2_500.0) == 1 and s.stats["moved_bound"] == 1  # the smallest leaves
@@ -217,3 +225,44 @@ def test_held_prefixes_judge_a_prompt_by_the_share_of_it_its_node_was_sent():
     assert HeldPrefixes(0.0).extends("s", [1]) is None
     with pytest.raises(AffinityError, match="held_frac 2"):
         SessionAffinity(2, AffinityConfig(held_frac=2.0))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    nodes=st.integers(2, 6),
+    requests=st.lists(st.tuples(st.integers(0, 8), st.floats(0.0, 30.0), st.floats(100.0, 200_000.0),
+                                st.sampled_from([None, True, False])), min_size=1, max_size=200),
+    dead=st.integers(-1, 5),
+)
+def test_the_shed_bound_holds_every_live_node_to_it_after_every_pick(nodes, requests, dead):
+    """``shed``: after each pick no live node holds more than the bound of active sessions (the session
+    bound of bounded-load hashing at every moment, not only at placement), whatever the arrivals, idle
+    times, prompt sizes and a dead node; every active session counts on exactly one node."""
+    s = SessionAffinity(nodes, AffinityConfig(eps=0.25, idle_s=20.0, bound="shed"))
+    alive = [n != dead for n in range(nodes)] if dead < nodes - 1 else [True] * nodes
+    now = 0.0
+    for session, gap, size, extends in requests:
+        now += gap
+        node = s.pick(f"s{session}", now, alive=alive, size=size, extends=extends)
+        assert alive[node]
+        mean = len(s.active) / sum(alive)
+        cap = math.ceil(mean) + math.floor(0.25 * mean)
+        counts = Counter(n for n, _, _ in s.active.values())
+        assert all(counts[n] <= cap for n in range(nodes) if alive[n]), (counts, cap)
+        assert [counts[n] for n in range(nodes)] == s.count
+        assert s.active[f"s{session}"][0] == node
+
+
+def test_with_the_shed_bound_a_node_at_the_bound_moves_its_cheapest_session_at_once():
+    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear", bound="shed")
+    s, big, small = big_idle_then_small_on_node_0(cfg)
+    # 2 active: bound 1 each; big returns to node 0, which holds small (cheaper): small goes to node 1 now
+    assert s.pick(big, 12.0, size=81_000.0) == 0 and s.count == [1, 1] and s.stats["shed"] == 1
+    assert s.pick(small, 13.0, size=2_500.0, extends=True) == 1  # its next request goes to its new node
+    # the returning session is the cheapest to move when its node does not hold its prompt
+    assert s.pick(big, 14.0, size=500.0, extends=False) == 0  # node 0 below the bound: it stays
+    t = SessionAffinity(2, cfg)
+    t.pick(small, 0.0, size=2_000.0)
+    t.expire(11.0)
+    t.pick(big, 11.0, size=80_000.0)
+    assert t.pick(small, 12.0, size=2_500.0, extends=False) == 1 and t.stats["shed"] == 0

@@ -199,7 +199,8 @@ def format_setup(doc: dict) -> str:
             line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, "
                      f"new sessions placed by {c['place_by']}, wear moves {moves}.")
         else:
-            leaves = "cheapest sessions first" if c["bound"] == "cheap" else "returning session"
+            leaves = {"cheap": "cheapest sessions first", "shed": "cheapest session at once (every node held to it)"}.get(
+                c["bound"], "returning session")
             line += (f" session router: eps {c['eps']}, idle {c['idle_s']:.0f} s, {c['vnodes']} ring points per node, "
                      f"new sessions on the least loaded (tokens and requests) within the bounds of {c['place_by']}, "
                      f"a node at the bound sends off its {leaves}, wear moves {moves}.")
@@ -308,6 +309,8 @@ def format_sweep(doc: dict) -> str:
             f"yes, at a prompt below {c['wear_shrink']}x" if c["wear_shrink"] else "yes, largest")
         if c["bound"] == "cheap":
             moves += "; bound: cheapest first"
+        elif c["bound"] == "shed":
+            moves += "; bound: cheapest at once"
         placed = c["place_by"] + (", least loaded" if c["placement"] == "least" else "")
         cells = [placed, moves, f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]

@@ -10,8 +10,9 @@ One store, tiny model, small pools (device 512 tokens, host 1024), prompts sent 
 queue stays empty: the load signal is 0 and the bar is odds 1). Each round ``i``:
 
 - ``H_i`` (200 tokens, 12 full pages) is sent twice (its node reused once: R = 1), ``C_i`` once (R = 0);
-- four fillers of 300 tokens, new in every round, push both out of host memory: the eviction asks
-  ``auto``;
+- after ``IDLE_BEFORE_FILLERS_S`` (so the idle time in a block's class does not depend on the
+  machine's speed), four fillers of 300 tokens, new in every round, push both out of host memory:
+  the eviction asks ``auto``;
 - ``H_i`` is sent again: its pages come back (recomputed, or read from the store if it was
   written), so the ghost counts a reuse of ``H_i``'s class. ``C_i`` and the fillers never return.
 
@@ -114,10 +115,17 @@ class Runs:
     restarted_stored: set[str] = field(default_factory=set)
 
 
+# A block's class includes its idle time at eviction in doubling buckets (``learned.block_class``); each
+# round waits this long before its fillers, so H's and C's idle times fall in [8, 16) s whatever the
+# machine's speed (the fillers take 1-6 s): the restarted round's H is in a class the first server learned.
+IDLE_BEFORE_FILLERS_S = 9.0
+
+
 def one_round(server, i: int) -> None:
     server.generate(hot(i))
     server.generate(hot(i))
     server.generate(cold(i))
+    time.sleep(IDLE_BEFORE_FILLERS_S)
     for filler in fillers(i):
         server.generate(filler)
         server.wait_storage_writes()

@@ -35,6 +35,7 @@ JSONS = {
     "designeps": ("fleet_session_design_eps.json", {"sweep"}),
     "designidle": ("fleet_session_design_idle.json", {"sweep"}),
     "designheld": ("fleet_session_design_held.json", {"sweep"}),
+    "designshed": ("fleet_session_design_shed.json", {"sweep"}),
 }
 SHIPPED = {"eps": AffinityConfig.eps, "idle_s": AffinityConfig.idle_s, "place_by": AffinityConfig.place_by,
            "wear_moves": AffinityConfig.wear_moves, "wear_shrink": AffinityConfig.wear_shrink}
@@ -147,6 +148,18 @@ def test_the_shipped_rule_is_the_design_sweeps_choice_on_sessions_1_to_175_copie
         (pl, b, h) for pl in ("ring", "least") for b in ("strict", "cheap") for h in (0.0, 0.5)}
     assert {(r["model"], r["policy"], r["nodes"]) for r in doc["baseline"]} == {
         (r["model"], r["policy"], r["nodes"]) for r in doc["sweep"][0]["records"]}
+
+
+def test_the_exact_bound_is_replayed_beside_the_shipped_one_and_not_chosen():
+    """``shed`` (the session bound exact after every pick) against the shipped ``cheap`` bound, everything
+    else shipped, on sessions 1-175 copied twice: the sweep's choice stays the shipped rule."""
+    doc = load("fleet_session_design_shed.json")
+    assert (doc["sessions"], doc["skip_sessions"], doc["copies"]) == (175, 0, 2)
+    settings = [fleet_table.setting(part) for part in doc["sweep"]]
+    assert sorted(c["bound"] for c in settings) == ["cheap", "shed"]
+    assert all({k: c[k] for k in SHIPPED} == SHIPPED and c["placement"] == AffinityConfig.placement
+               and c["held_frac"] == AffinityConfig.held_frac for c in settings)
+    assert fleet_table.chosen_setting(doc)["bound"] == AffinityConfig.bound
 
 
 @pytest.mark.parametrize(("name", "field", "values"), [("fleet_session_design_eps.json", "eps", None),
