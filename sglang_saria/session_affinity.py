@@ -23,19 +23,23 @@ the ring's first fit left 8-node fleets' busiest node and drive over the targets
   above the mean only in whole sessions, so 6 sessions on 3 nodes are held to 2 each.
 - A session goes back to its node (the one that served its previous request, active or not) if
   that node is alive and below the bound; it moves only when that node is dead or at the bound
-  (or, with ``wear_moves``, when its node's drive is worn out, below). With ``bound`` ``"cheap"``
-  (the default) a node at the bound sends off its cheapest sessions first: a session there stays if
-  another active session of that node is smaller (that one leaves at its next request) or if its
-  node holds most of its prompt (``extends``, below); so the bound is exact at placement and a node
-  may exceed it by the sessions that would each recompute a large held context if they moved, until
-  its small or non-extending sessions leave. ``"strict"``: the returning session moves whatever it
-  costs. ``"shed"``: exact after every pick; of the node's active sessions and the returning one
-  (which costs nothing to move when its node does not hold its prompt) the one with the smallest
-  prompt moves, an idle one reassigned at once (it counts on its new node, its next request goes
-  there), and after each pick every live node above the bound (the mean falls as sessions go idle)
-  sends its cheapest sessions to the least loaded nodes below it. Why: a moved session recomputes its context on its new node and, once evicted twice there,
-  writes it to that drive; on WEKA sessions the strict bound moved 400K-token contexts for a session
-  count, and those moves decided which 8-node drive wrote most (docs/fleet.md).
+  (or, with ``wear_moves``, when its node's drive is worn out, below). With ``bound`` ``"shed"``
+  (the default) the bound holds on every live node after every pick: of a node's active sessions
+  and the one returning to it at the bound, the cheapest to move leaves (a guest whose dead home is
+  back goes home first; then the smallest last prompt, the returning one costing nothing when its
+  node does not hold its prompt), an idle one at once (it counts on its new node); and after each
+  pick every live node above the bound (the mean fell as sessions went idle, or a dead node came
+  back) sends off its cheapest sessions the same way. A session sent off while idle is judged again
+  at its next request as a session of the node it left, which holds its context: it goes back there
+  if that node has room or holds a cheaper session to send off, and takes its new node only if it
+  is the cheapest (so a reassignment costs a recomputation only when the bound needs it then).
+  ``"cheap"``: a session at a node at the bound stays if another active session there is smaller
+  (that one leaves at its next request) or its node holds most of its prompt (``extends``, below):
+  exact at placement only, a node exceeding the bound by the large sessions that keep extending
+  their prompts. ``"strict"``: the returning session moves whatever it costs. Why cost-aware: a
+  moved session recomputes its context on its new node and, once evicted twice there, writes it to
+  that drive; on WEKA sessions the strict bound moved 400K-token contexts for a session count, and
+  those moves decided which 8-node drive wrote most (docs/fleet.md).
 - A new or moving session takes, of the live nodes below the session bound whose drives are not over
   the wear bound (``place_by`` ``wear`` or ``both``: written at most ``(1 + eps)`` x the live drives'
   mean, else worn out), with ``placement`` ``"least"`` (the default) the least loaded: the smallest
@@ -58,12 +62,14 @@ the ring's first fit left 8-node fleets' busiest node and drive over the targets
   again; a prompt the node does not hold is recomputed wherever it goes, so moving it spreads writes
   at little cost. (The shrink rule misses the prompts that grow but do not extend the previous one,
   and takes as new the branches a session interleaves, which the held prefix does not.)
-- The defaults (``least`` placement by ``both``, the ``cheap`` bound, wear moves at a held prefix
-  below one half) are the fleet replay's choice on WEKA sessions 1-175 copied twice; docs/fleet.md
-  has what they reach on the held-out sessions 176-350.
+- The defaults (``least`` placement by ``both``, wear moves at a held prefix below one half, the
+  ``shed`` bound: of the bounds exact at every pick, the one meeting the most targets) are the fleet
+  replay's choice on WEKA sessions 1-175 copied twice; docs/fleet.md has what they reach on the
+  held-out sessions 176-350.
 - A session that left a dead node (a guest where it went) returns to it once it is alive again, if
-  it is below the bound. Guests do not count against their hosts' own sessions: a host holding its
-  sessions and the guests is over the bound until the guests leave, and its own sessions stay.
+  it is below the bound (``shed``: the first its host sends off when the host is above the bound).
+  Guests do not count against their hosts' own sessions: a host holding its sessions and the guests
+  is over the bound until the guests leave, and its own sessions stay.
 
 The key is whatever identifies a session to the driver (the saria session id, a routing-key
 header, or a prefix hash); it is hashed with xxh64, so placement is the same in every process.
@@ -109,10 +115,10 @@ class AffinityConfig:
     # "least": a new or moving session takes the least loaded qualifying node (tokens and requests over their
     # means); "ring": the first on its ring walk within the token bound
     placement: str = "least"
-    # "cheap": a session at a node at the bound stays if a smaller active session is there or its node holds its
-    # prompt (extends); "strict": it moves; "shed": the cheapest of the node's sessions and it moves, at once, and
-    # every live node is held to the bound after each pick
-    bound: str = "cheap"
+    # "shed": every live node held to the bound after each pick, the cheapest of a node's sessions (and the one
+    # returning to it) moving at once; "cheap": a session at a node at the bound stays if a smaller active session
+    # is there or its node holds its prompt (extends), exact at placement only; "strict": it moves
+    bound: str = "shed"
     # a prompt extends what its node holds when this session sent that node at least this fraction of its prefix
     # (HeldPrefixes, the drivers'); 0: drivers do not tell (the shrink rule decides wear moves)
     held_frac: float = 0.5
@@ -149,8 +155,9 @@ class SessionAffinity:
 
     ``pick`` is the only entry point; ``stats`` counts its decisions: ``placed`` (a session's first
     request), ``stayed``, ``moved_bound`` (its node was at the bound), ``moved_dead`` (its node was
-    dead), ``returned`` (back to the node it left when that node died), ``shed`` (an idle session
-    reassigned by the ``shed`` bound; counted with that bound only).
+    dead), ``returned`` (back to the node it left when that node died: at its request, or sent home by
+    the ``shed`` bound), ``shed`` (an idle session sent off by the ``shed`` bound; counted with that bound
+    only; its next request may still go back to the node it left).
     """
 
     def __init__(self, n_nodes: int, config: AffinityConfig = AffinityConfig()) -> None:
@@ -169,7 +176,8 @@ class SessionAffinity:
         self.home: OrderedDict[Hashable, tuple[int, float, float | None]] = OrderedDict()
         self.displaced: dict[Hashable, int] = {}  # key -> the dead node it left
         self.routed = [0] * n_nodes  # requests routed per node
-        self.shed: set[Hashable] = set()  # sessions reassigned while idle (their new node holds nothing of theirs)
+        # sessions reassigned while idle -> the node they left (it holds their context; their new one nothing)
+        self.shed: dict[Hashable, int] = {}
         self.stats = {"placed": 0, "stayed": 0, "moved_bound": 0, "moved_wear": 0, "moved_dead": 0, "returned": 0}
         if self.cfg.bound == "shed":
             self.stats["shed"] = 0
@@ -259,43 +267,60 @@ class SessionAffinity:
             return fits[0]
         return min(open_nodes, key=wear.__getitem__) if wear else open_nodes[0]
 
-    def _cheapest_on(self, node: int) -> tuple[Hashable, float] | None:
-        """The active session of ``node`` with the smallest last prompt (the cheapest to move), or None."""
-        on = [(k, z) for k, (n, _, z) in self.active.items() if n == node]
-        return min(on, key=lambda kz: kz[1]) if on else None
+    def _first_to_leave(self, node: int, alive: Sequence[bool], cap: int,
+                        keep: Hashable | None) -> tuple[Hashable, float] | None:
+        """``shed`` bound: the active session ``node`` sends off first, other than ``keep``, with what moving it
+        costs: a guest whose dead home is alive again and below ``cap`` (it goes home: -1), else the one with the
+        smallest last prompt (its size); None if it holds no other."""
+        cheapest = None
+        for k, (n, _, z) in self.active.items():
+            if n != node or k == keep:
+                continue
+            home = self.displaced.get(k)
+            if home is not None and alive[home] and self.count[home] < cap:
+                return k, -1.0
+            if cheapest is None or z < cheapest[1]:
+                cheapest = (k, z)
+        return cheapest
 
-    def _reassign(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> None:
-        """Move idle active session ``key`` to a node below ``cap`` now (``place``): it counts there at once and
-        its next request goes there (``shed`` bound)."""
+    def _send_off(self, key: Hashable, alive: Sequence[bool], cap: int, wear: Sequence[float] | None) -> None:
+        """``shed`` bound: active session ``key`` counts on another node from now and its next request goes there:
+        a guest whose dead home is back below ``cap`` goes home (``returned``); any other to ``place``'s node
+        (``shed``), remembering the node it left, which holds its context (``pick`` judges it there again)."""
         old, t, z = self.active[key]
-        node = self.place(key, alive, cap, wear, z or None)
+        home = self.displaced.get(key)
+        if home is not None and alive[home] and self.count[home] < cap:
+            node, kind = home, "returned"
+            del self.displaced[key]
+            self.guests[old] -= 1
+        else:
+            node, kind = self.place(key, alive, cap, wear, z or None), "shed"
+            self.guests[old] -= home is not None
+            self.guests[node] += home is not None
+            self.shed.setdefault(key, old)
+        self.stats[kind] += 1
         self.active[key] = (node, t, z)
         self.count[old] -= 1
         self.count[node] += 1
-        guest = key in self.displaced
-        self.guests[old] -= guest
-        self.guests[node] += guest
         _, home_t, home_size = self.home.get(key, (node, t, z))
         self.home[key] = (node, home_t, home_size)
-        self.shed.add(key)
-        self.stats["shed"] += 1
 
     def _hold_to_bound(self, alive: Sequence[bool], cap: int, wear: Sequence[float] | None, keep: Hashable) -> None:
-        """``shed`` bound: every live node above ``cap`` active sessions (the mean fell as sessions went idle)
-        sends its cheapest ones, other than ``keep`` (the session just routed), to nodes below it."""
+        """``shed`` bound: every live node above ``cap`` active sessions (the mean fell as sessions went idle, or a
+        dead node came back) sends off its first to leave (``_first_to_leave``), other than ``keep`` (the session
+        just routed), to nodes below it."""
         for node in range(self.n_nodes):
             while alive[node] and self.count[node] > cap:
-                cheapest = min(((k, z) for k, (n, _, z) in self.active.items() if n == node and k != keep),
-                               key=lambda kz: kz[1])
-                self._reassign(cheapest[0], alive, cap, wear)
+                self._send_off(self._first_to_leave(node, alive, cap, keep)[0], alive, cap, wear)
 
-    def _sheds_other(self, node: int, size: float | None, extends: bool | None) -> Hashable | None:
-        """``shed`` bound, a session returning to ``node`` at the bound: the node's other active session to move
-        instead of it, if one is cheaper (a smaller last prompt) than it; moving the returning session costs
-        nothing when its node does not hold its prompt (``extends`` False)."""
-        cheapest = self._cheapest_on(node)
+    def _sheds_other(self, node: int, alive: Sequence[bool], cap: int, size: float | None,
+                     extends: bool | None, key: Hashable) -> Hashable | None:
+        """``shed`` bound, session ``key`` returning to ``node`` at the bound: the node's other active session to
+        move instead of it, if that costs less (``_first_to_leave``) than moving it, its prompt's size, or nothing
+        when its node does not hold its prompt (``extends`` False)."""
+        first = self._first_to_leave(node, alive, cap, key)
         own = 0.0 if extends is False else (size or 0.0)
-        return cheapest[0] if cheapest is not None and cheapest[1] < own else None
+        return first[0] if first is not None and first[1] < own else None
 
     def keeps(self, node: int, size: float | None, extends: bool | None) -> bool:
         """With the ``cheap`` bound, whether a session of ``node``, which is at the bound, stays there: its
@@ -318,9 +343,7 @@ class SessionAffinity:
         if not any(alive):
             raise AffinityError(f"no live node among {self.n_nodes}")
         self.expire(now)
-        if key in self.shed:  # reassigned while idle: its node holds nothing of its prompt
-            self.shed.discard(key)
-            extends = False if extends is not None else None
+        left = self.shed.pop(key, None)  # reassigned while idle: the node it left holds its context
         entry = self.active.pop(key, None)
         back = self.displaced.get(key)
         if entry is not None:
@@ -330,13 +353,18 @@ class SessionAffinity:
         count = self.count
         last = self.home.get(key)
         current = entry[0] if entry is not None else (last[0] if last is not None else None)
+        if left is not None:
+            if alive[left]:  # back to where its context is, as if it had not left
+                current = left
+            elif extends is not None:
+                extends = False  # its new node holds nothing of its prompt
         if back is not None and alive[back] and count[back] < cap:
             node, kind = back, "returned"
             del self.displaced[key]
         elif (self.cfg.bound == "shed" and current is not None and alive[current] and count[current] >= cap
               and not self.worn_out(current, size, last[2] if last is not None else None, alive, wear, extends)
-              and (other := self._sheds_other(current, size, extends)) is not None):
-            self._reassign(other, alive, cap, wear)
+              and (other := self._sheds_other(current, alive, cap, size, extends, key)) is not None):
+            self._send_off(other, alive, cap, wear)
             node, kind = current, "stayed"
         elif (current is not None and alive[current]
               and (count[current] - (back is None) * self.guests[current] < cap or self.keeps(current, size, extends))
@@ -366,7 +394,7 @@ class SessionAffinity:
             old, _ = self.home.popitem(last=False)
             if old not in self.active:
                 self.displaced.pop(old, None)
-                self.shed.discard(old)
+                self.shed.pop(old, None)
         if self.cfg.bound == "shed":
             self._hold_to_bound(alive, cap, wear, key)
         return node

@@ -184,7 +184,7 @@ def big_idle_then_small_on_node_0(cfg: AffinityConfig) -> tuple[SessionAffinity,
 
 
 def test_with_the_cheap_bound_a_node_at_the_bound_sends_off_its_smallest_session_first():
-    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear")
+    cfg = AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear", bound="cheap")
     s, big, small = big_idle_then_small_on_node_0(cfg)
     # 2 active: bound ceil(1) + floor(0.1) = 1 each; node 0 holds small, and big returns to it
     assert s.pick(big, 12.0, size=81_000.0) == 0 and s.stats["moved_bound"] == 0  # small is smaller: big stays
@@ -266,3 +266,25 @@ def test_with_the_shed_bound_a_node_at_the_bound_moves_its_cheapest_session_at_o
     t.expire(11.0)
     t.pick(big, 11.0, size=80_000.0)
     assert t.pick(small, 12.0, size=2_500.0, extends=False) == 1 and t.stats["shed"] == 0
+
+
+def test_a_session_sent_off_while_idle_goes_back_to_the_node_holding_its_context_if_it_has_room_then():
+    s, big, small = big_idle_then_small_on_node_0(AffinityConfig(eps=0.1, idle_s=10.0, place_by="wear"))
+    assert s.pick(big, 12.0, size=81_000.0) == 0 and s.active[small][0] == 1  # small counts on node 1 now
+    s.expire(23.0)  # both idle: node 0 has room again
+    assert s.pick(small, 23.0, size=2_500.0, extends=True) == 0  # back where its context is: no move
+    assert s.stats["shed"] == 1 and s.stats["moved_bound"] == 0 and s.stats["stayed"] == 2
+
+
+def test_with_the_shed_bound_a_revived_node_gets_its_own_sessions_back_first():
+    s = SessionAffinity(3, AffinityConfig(eps=0.25))
+    first = {f"agent-{k}": s.pick(f"agent-{k}", 0.0) for k in range(6)}
+    orphans = [k for k, n in first.items() if n == 0]
+    down = [False, True, True]
+    hosts = {k: s.pick(k, 1.0, alive=down) for k in orphans}
+    assert sorted(hosts.values()) == [1, 2] and s.stats["moved_dead"] == 2
+    native = next(k for k, n in first.items() if n == 1)
+    assert s.pick(native, 2.0) == 1  # node 1 is over the bound of 2: it sends its guest home, not a native
+    assert s.pick(native, 3.0) == 1 and s.stats["returned"] == 2  # node 2's guest too, after that pick
+    assert s.count == [2, 2, 2] and s.stats["shed"] == 0
+    assert all(s.pick(k, 4.0) == 0 for k in orphans)

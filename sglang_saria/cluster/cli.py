@@ -67,9 +67,10 @@ def parser() -> argparse.ArgumentParser:
                    help="session policy: least: a new or moving session takes the qualifying worker least loaded in "
                         "active prompt bytes and requests; ring: the first on its ring walk")
     p.add_argument("--session-bound", default=AffinityConfig.bound, choices=BOUND,
-                   help="session policy: cheap: a worker at the bound sends off its smallest sessions, and none whose "
-                        "prompt it holds; strict: the session that finds its worker at the bound moves; shed: the "
-                        "bound holds after every request, a worker's cheapest session moving at once")
+                   help="session policy: shed: the bound holds on every worker after every request, a worker's "
+                        "cheapest session (a guest whose worker is back first) moving at once; cheap: a worker at the "
+                        "bound sends off its smallest sessions, and none whose prompt it holds (exact at placement "
+                        "only); strict: the session that finds its worker at the bound moves")
     p.add_argument("--session-held", type=float, default=AffinityConfig.held_frac, metavar="F",
                    help="session policy: a request extends what its worker holds when the worker was sent at least F "
                         "of its messages (by bytes); 0: not judged (wear moves by --session-wear-shrink)")

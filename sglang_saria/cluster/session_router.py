@@ -20,7 +20,7 @@ drives wore least, as in the replay; a counter that falls (the worker restarted)
 from what it had reached. A request's size is its body's bytes: the core compares it with the
 other active sessions' (placement by tokens) and with the session's previous request's (a session
 leaves a worn-out drive at a body shorter than ``wear_shrink`` x its previous one). Whether a request
-extends what its worker holds (``extends``: the core's wear moves and its ``cheap`` bound) is judged on
+extends what its worker holds (``extends``: the core's wear moves and bound) is judged on
 its prefixes (``request_prefixes``: a digest of its messages so far after each message, weighted by
 the message's bytes, or of a prompt's text after each ``HEAD_CHARS``), against those the session sent
 that worker (``session_affinity.HeldPrefixes``).

@@ -15,7 +15,10 @@ session group N times as new conversations (``workload.replicate``: a held-out p
 whole); ``--session-eps``,
 ``--session-idle``, ``--session-place``, ``--session-wear-moves``, ``--session-wear-shrink``, ``--session-placement``,
 ``--session-bound`` and ``--session-held`` override
-the ``session`` router's constants (how they were chosen: docs/fleet.md).
+the ``session`` router's constants (how they were chosen: docs/fleet.md). A sweep (several settings) may
+run at several ``--seeds`` (other draws of the sessions' start times and the copies' order: the same
+sessions arriving otherwise), its choice counting every seed's fleets; ``--baseline replay`` replays
+``cache_aware``'s fleets of the same seeds into the sweep's JSON.
 
     nice -n 10 saria-fleet-table --jobs 2 --json docs/data/fleet.json --update-doc docs/fleet.md
 """
@@ -57,11 +60,14 @@ _WORK: dict[str, Any] = {}
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
-    """Which trace files: the first ``sessions``, less the first ``skip`` of them, each ``copies`` times."""
+    """Which trace files: the first ``sessions``, less the first ``skip`` of them, each ``copies`` times; ``seed``
+    draws the sessions' start times and the copies' order (another seed: another arrival order of the same
+    sessions)."""
 
     sessions: int = 350
     skip: int = 0
     copies: int = 1
+    seed: int = 0
 
 
 def load_sessions(model: str, work: Workload) -> list:
@@ -72,23 +78,23 @@ def load_sessions(model: str, work: Workload) -> list:
     if work.skip:
         first = {s.session_id for s in load_trace(trace, spec.default_block_tokens, max_sessions=work.skip)}
         ss = [s for s in ss if s.session_id not in first]
-    return replicate(apply_limits(ss), work.copies, seed=0)
+    return replicate(apply_limits(ss), work.copies, seed=work.seed)
 
 
 def run_one(model: str, policy: str, nodes: int, router: str, work: Workload,
             session: AffinityConfig = AffinityConfig()) -> dict:
     """One fleet replay at the replay's defaults; its record for the JSON."""
-    if model not in _WORK:
+    if (model, work) not in _WORK:
         ss = load_sessions(model, work)
-        _WORK[model] = (ss, session_starts(ss, ReplaySettings.window_s, 0))
-    ss, starts = _WORK[model]
+        _WORK[model, work] = (ss, session_starts(ss, ReplaySettings.window_s, work.seed))
+    ss, starts = _WORK[model, work]
     spec = get_model_spec(model)
     cfg = SariaConfig(admission=AdmissionConfig(policy=policy),
                       metadata=MetadataConfig(block_tokens=spec.default_block_tokens, checkpoint_placement="sglang"),
                       capacity=CapacityConfig(dram_tokens=1_000_000, ssd_tokens=10_000_000)).validate()
     fleet = FleetSettings(nodes, router, session=session)
     res = fleet_replay(ss, starts, cfg, spec, ReplaySettings(), fleet, label=policy)
-    return {"model": model, "policy": policy, "nodes": nodes, "router": router, "metrics": res.metrics,
+    return {"model": model, "policy": policy, "nodes": nodes, "router": router, "seed": work.seed, "metrics": res.metrics,
             "fleet": res.fleet, "per_node": [{k: n[k] for k in NODE_KEYS} for n in res.per_node]}
 
 
@@ -101,24 +107,28 @@ def runs(models: list[str], policies: list[str], nodes: list[int], routers: list
     return out
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
-    todo = runs(args.models, args.policies, args.nodes, args.routers)
+def measure(args: argparse.Namespace, routers: list[str] | None = None, nodes: list[int] | None = None) -> list[dict]:
+    """Every replay of ``runs`` (the arguments' routers and nodes unless given), at each of ``args.seeds``."""
+    todo = [(*job, dataclasses.replace(args.work, seed=seed)) for seed in args.seeds
+            for job in runs(args.models, args.policies, nodes or args.nodes, routers or args.routers)]
     records: list[dict] = []
     if args.jobs <= 1:
         for i, job in enumerate(todo):
-            records.append(run_one(*job, args.work, args.session))
-            print(f"[{i + 1}/{len(todo)}] {job}", file=sys.stderr, flush=True)
+            records.append(run_one(*job, args.session))
+            print(f"[{i + 1}/{len(todo)}] {job[:4]} seed {job[4].seed}", file=sys.stderr, flush=True)
     else:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as pool:
-            futures = {pool.submit(run_one, *job, args.work, args.session): job for job in todo}
+            futures = {pool.submit(run_one, *job, args.session): job for job in todo}
             for i, fut in enumerate(as_completed(futures)):
                 records.append(fut.result())
-                print(f"[{i + 1}/{len(todo)}] {futures[fut]}", file=sys.stderr, flush=True)
-    order = {job: i for i, job in enumerate(todo)}
-    records.sort(key=lambda r: order[r["model"], r["policy"], r["nodes"], r["router"]])
-    for m in args.models:  # every row of a model was scored over the same requests
-        same_requests([r["metrics"] for r in records if r["model"] == m])
+                job = futures[fut]
+                print(f"[{i + 1}/{len(todo)}] {job[:4]} seed {job[4].seed}", file=sys.stderr, flush=True)
+    order = {(*job[:4], job[4].seed): i for i, job in enumerate(todo)}
+    records.sort(key=lambda r: order[r["model"], r["policy"], r["nodes"], r["router"], r["seed"]])
+    for m in args.models:  # every row of a model and seed was scored over the same requests
+        for seed in args.seeds:
+            same_requests([r["metrics"] for r in records if (r["model"], r["seed"]) == (m, seed)])
     return records
 
 
@@ -185,7 +195,7 @@ def format_setup(doc: dict) -> str:
     if doc.get("copies", 1) > 1:
         which += (f", each {doc['copies']} times as new conversations (keys salted per copy, the copies in a "
                   f"seeded random order)")
-    line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed 0; per node "
+    line = (f"{which}, {b['metrics']['requests']:,} requests, 12 h start window, seed {b.get('seed', 0)}; per node "
             f"1M DRAM / 10M SSD tokens, 6,500 prefill tokens/s, 4 in flight, hybrid GDN states at SGLang's placement; "
             f"{b['fleet']['days']:.3f} days replayed "
             f"(DWPD = writes / (drive capacity x days)).")
@@ -221,7 +231,8 @@ def targets(doc: dict, r: dict) -> dict[str, tuple[float, bool]]:
            "requests": (f["requests_max_over_mean"], f["requests_max_over_mean"] <= TARGETS["requests"]),
            "moved": (f["moved_frac"], f["moved_frac"] <= TARGETS["moved"])}
     for c in doc["records"]:
-        if (c["model"], c["policy"], c["nodes"], c["router"]) == (r["model"], r["policy"], r["nodes"], "cache_aware"):
+        if (c["model"], c["policy"], c["nodes"], c["router"], c.get("seed", 0)) == (
+                r["model"], r["policy"], r["nodes"], "cache_aware", r.get("seed", 0)):
             char = m["char"] - c["metrics"]["char"]
             out["char_drop"] = (char, char >= -TARGETS["char_drop"])
     return out
@@ -274,10 +285,17 @@ def sweep_scores(doc: dict) -> list[tuple[int, float, float]]:
     return out
 
 
+# the bounds that hold every live node to the session bound after every pick (the issue's bound at every moment,
+# not only at placement): where a sweep has one, only those are candidates
+EXACT_BOUNDS = ("shed",)
+
+
 def chosen_setting(doc: dict) -> dict:
-    """The sweep's chosen session-router constants (``sweep_scores``' rule)."""
+    """The sweep's chosen session-router constants: ``sweep_scores``' rule, among the settings whose bound is
+    exact (``EXACT_BOUNDS``) where the sweep has any."""
     scores = sweep_scores(doc)
-    best = min(range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
+    exact = [i for i, part in enumerate(doc["sweep"]) if setting(part)["bound"] in EXACT_BOUNDS]
+    best = min(exact or range(len(scores)), key=lambda i: (-scores[i][0], scores[i][1], scores[i][2]))
     return setting(doc["sweep"][best])
 
 
@@ -310,7 +328,7 @@ def format_sweep(doc: dict) -> str:
         if c["bound"] == "cheap":
             moves += "; bound: cheapest first"
         elif c["bound"] == "shed":
-            moves += "; bound: cheapest at once"
+            moves += "; bound: exact, cheapest at once"
         placed = c["place_by"] + (", least loaded" if c["placement"] == "least" else "")
         cells = [placed, moves, f"{c['eps']}", f"{c['idle_s']:.0f}"]
         fleets = [r for r in part["records"] if r["nodes"] > 1 and r["router"] == "session"]
@@ -348,14 +366,16 @@ def update_doc(text: str, doc: dict, prefix: str = "fleet") -> str:
     return _BLOCK.sub(fill, text)
 
 
-def _work_of(d: dict) -> tuple[int, int, int]:
-    """(sessions, skip, copies) of a JSON doc or of the parsed arguments (a doc before ``copies``: 1)."""
-    return d["sessions"], d["skip_sessions"], d.get("copies", 1)
+def _work_of(d: dict) -> tuple[int, int, int, list[int]]:
+    """(sessions, skip, copies, seeds) of a JSON doc or of the parsed arguments (a doc before ``copies``: 1, before
+    ``seeds``: seed 0)."""
+    return d["sessions"], d["skip_sessions"], d.get("copies", 1), list(d.get("seeds", [0]))
 
 
 def _describe(d: dict) -> str:
-    n, skip, copies = _work_of(d)
-    return f"sessions {n} less {skip}" + (f", {copies} copies" if copies > 1 else "")
+    n, skip, copies, seeds = _work_of(d)
+    return (f"sessions {n} less {skip}" + (f", {copies} copies" if copies > 1 else "")
+            + (f", seeds {','.join(map(str, seeds))}" if seeds != [0] else ""))
 
 
 def baseline_records(path: str, args: argparse.Namespace) -> list[dict]:
@@ -404,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-sessions", type=int, default=0, metavar="K", help="less the first K of them (held out)")
     p.add_argument("--copies", type=int, default=1, metavar="N",
                    help="replay each session group N times as new conversations (a held-out part at the whole's load)")
+    p.add_argument("--seeds", default="0", metavar="S[,S...]",
+                   help="seeds of the sessions' start times and the copies' order; several: a sweep judged over all of them")
     p.add_argument("--session-eps", default=str(AffinityConfig.eps),
                    help="session router's load bound; several (comma-separated) with --session-idle: a sweep")
     p.add_argument("--session-idle", default=str(AffinityConfig.idle_s), metavar="S",
@@ -431,9 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--update-doc", default=None, metavar="MD", help="rewrite the generated tables of this file from --json")
     p.add_argument("--doc-prefix", default="fleet", help="which generated blocks of --update-doc (<!-- PREFIX:TABLE -->)")
     p.add_argument("--render-only", action="store_true", help="replay nothing: render --update-doc from --json")
-    p.add_argument("--baseline", default=None, metavar="JSON",
-                   help="a sweep: the cache_aware records of an earlier --json of the same sessions, kept in the sweep's "
-                        "JSON, so its choice also judges CHAR against cache_aware's")
+    p.add_argument("--baseline", default=None, metavar="JSON|replay",
+                   help="a sweep: the cache_aware records of an earlier --json of the same sessions (or 'replay': replayed "
+                        "now), kept in the sweep's JSON, so its choice also judges CHAR against cache_aware's")
     p.add_argument("--keep-from", default=None, metavar="JSON",
                    help="an earlier --json of the same sessions and settings: its records of the policies not replayed now "
                         "are kept (same order), e.g. when only one policy's code changed")
@@ -444,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_path) as fh:
             doc = json.load(fh)
         if args.baseline:  # added to a sweep already run: written back to its JSON
-            args.sessions, args.skip_sessions, args.copies = _work_of(doc)
+            args.sessions, args.skip_sessions, args.copies, args.seeds = _work_of(doc)
             doc["baseline"] = baseline_records(args.baseline, args)
             with open(args.json_path, "w") as fh:
                 json.dump(doc, fh, indent=1)
@@ -453,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         args.policies = _csv(args.policies, None, "--policies")
         args.nodes = _csv(args.nodes, None, "--nodes", int)
         args.routers = _csv(args.routers, ROUTERS, "--routers")
+        args.seeds = _csv(args.seeds, None, "--seeds", int)
         if args.copies < 1:
             p.error(f"--copies {args.copies}: must be >= 1")
         args.work = Workload(args.sessions, args.skip_sessions, args.copies)
@@ -468,9 +491,18 @@ def main(argv: list[str] | None = None) -> int:
                     for i in _csv(args.session_idle, None, "--session-idle", float)]
         if 1 not in args.nodes and len(settings) == 1:
             args.nodes = [1, *args.nodes]  # the ratios' base (a sweep shows no ratios)
+        if len(args.seeds) > 1 and len(settings) == 1:
+            p.error(f"--seeds {','.join(map(str, args.seeds))}: several seeds only in a sweep (several session-router "
+                    f"settings), whose choice counts the fleets of every seed")
+        if args.baseline == "replay" and len(settings) == 1:
+            p.error("--baseline replay: a sweep's baseline (several session-router settings)")
         doc = {"sessions": args.sessions, "skip_sessions": args.skip_sessions,
-               **({"copies": args.copies} if args.copies > 1 else {})}
-        if args.baseline:
+               **({"copies": args.copies} if args.copies > 1 else {}),
+               **({"seeds": args.seeds} if args.seeds != [0] else {})}
+        if args.baseline == "replay":
+            args.session = settings[0]
+            doc["baseline"] = measure(args, routers=["cache_aware"], nodes=[n for n in args.nodes if n > 1])
+        elif args.baseline:
             doc["baseline"] = baseline_records(args.baseline, args)
         kept = keep_from(args, settings) if args.keep_from else None
         for i, args.session in enumerate(settings):
