@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sglang_saria.config import CHECKPOINT_PLACEMENTS, AdmissionConfig, CapacityConfig, MetadataConfig, SariaConfig
 from sglang_saria.model_specs import get_model_spec
-from sglang_saria.replay.driver import ReplayRun, ReplaySettings, replay, replay_oracle
+from sglang_saria.replay.driver import HINT_MODES, ReplayRun, ReplaySettings, replay, replay_oracle
 from sglang_saria.replay.frontier import DEFAULT_SHARES, Frontier, build_frontier
 from sglang_saria.replay.loaders import load_trace, shared_dir
 from sglang_saria.replay.loaders.weka import load_weka_file
@@ -90,11 +90,17 @@ class Setting:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    """``POLICY@field=value,...`` (fields of AdmissionConfig) -> (policy, changes)."""
+    """``POLICY@field=value,...`` (fields of AdmissionConfig, or ``hints=end|next``: the agents' hints the
+    replay sends, ``ReplaySettings.hints``) -> (policy, changes)."""
     policy, _, rest = text.partition("@")
     changes = {}
     for part in filter(None, rest.split(",")):
         field, _, value = part.partition("=")
+        if field == "hints":
+            if value not in HINT_MODES:
+                raise ValueError(f"--variant {text!r}: hints must be one of {', '.join(HINT_MODES)}, got {value!r}")
+            changes[field] = value
+            continue
         if not hasattr(AdmissionConfig, field):
             raise ValueError(f"--variant {text!r}: AdmissionConfig has no field {field!r}")
         changes[field] = type(getattr(AdmissionConfig(), field))(float(value))
@@ -124,10 +130,12 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
     rows = []
     for text in [*policies, *variants]:
         policy, changes = parse_variant(text)
+        hints = changes.pop("hints", "none")
         cfg = replace(base, admission=AdmissionConfig(policy=policy, **changes)).validate()
         t0 = time.perf_counter()
-        m = replay(sessions, starts, cfg, spec, settings).metrics
-        rows.append({"policy": policy, "variant": ",".join(f"{k}={v:g}" for k, v in changes.items()),
+        m = replay(sessions, starts, cfg, spec, replace(settings, hints=hints)).metrics
+        variant = [f"{k}={v:g}" for k, v in changes.items()] + ([f"hints={hints}"] if hints != "none" else [])
+        rows.append({"policy": policy, "variant": ",".join(variant),
                      "writes_norm": m["ssd_writes_norm"], "char": m["char"], "requests": m["requests"],
                      "request_set": m["request_set"], "writes_never_read_frac": m["writes_never_read_frac"],
                      "replay_s": time.perf_counter() - t0,
@@ -174,7 +182,7 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
     def states(s: dict) -> str:  # records from before the field were replayed on the grid
         return placement_of(s["model"], s.get("placement", "grid")) or "-"
 
-    frontier_rows, rows, variant_rows = [], [], []
+    frontier_rows, rows, variant_rows, hinted_rows = [], [], [], []
     for s in doc["settings"]:
         fr = Frontier.from_json(s["frontier"])
         best = max(fr.points, key=lambda p: p.char)
@@ -190,13 +198,16 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
                      f"{r['char']:.3f}", "-" if j["frontier_writes"] is None else f"{j['frontier_writes']:.2f}",
                      "above frontier" if j["ratio"] is None else f"{j['ratio']:.2f}x", f"{j['char_gap']:+.3f}",
                      yn(j["writes_met"]), yn(j["char_met"])]
-            (variant_rows if r["variant"] else rows).append(cells)
+            (hinted_rows if "hints=" in r["variant"] else variant_rows if r["variant"] else rows).append(cells)
     head = ["workload", "model", "tok/s", "SSD", "policy", "W/C", "CHAR", "frontier W/C at CHAR", "W / frontier",
             "CHAR - best", f"writes <= {WRITES_BOUND}x", f"CHAR >= best - {CHAR_SLACK}"]
     out = ["### The frontier", "",
            md_table(["workload", "model", "GDN states", "tok/s", "SSD", "points", "best CHAR", "its W/C", "all at fixed point",
                      "policies above its best CHAR"], frontier_rows),
            "", "### Policies against the frontier", "", md_table(head, rows)]
+    if hinted_rows:
+        out += ["", "### With agents' hints (each request names its session; the last one says `end`)", "",
+                md_table(head, hinted_rows)]
     if variant_rows:
         out += ["", "### Constants halved and doubled", "", md_table(head, variant_rows)]
     if doc.get("labels"):
@@ -403,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
                             CapacityConfig().ssd_tokens)), None)
                 if args.rows_only and old is None:
                     p.error(f"--rows-only: {args.json_path} has no {s} to add rows to")
-                rec = run_setting(s, args.policies.split(","), args.variant, [float(x) for x in args.shares.split(",")],
+                rec = run_setting(s, [x for x in args.policies.split(",") if x], args.variant, [float(x) for x in args.shares.split(",")],
                                   args.max_passes, doc["settings"][old]["frontier"] if args.rows_only else None)
                 if args.rows_only:  # the new rows replace those of the same policy and variant, the rest stay
                     prev = doc["settings"][old]

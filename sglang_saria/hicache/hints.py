@@ -20,7 +20,9 @@ comes back in about 30 s: keep what DRAM gives up) or ``"saria": {"session": "<i
   - ``expect_return_s``: ``AgentHints.expect_return`` (a page DRAM gives up before then is written);
   - the session's id: the paths of its earlier hinted requests are remembered (`SessionPaths`,
     bounded in bytes by ``admission.hint_sessions_max_bytes``), so an ``end`` also covers pages of
-    its turns that the last request did not reuse (a branch, a compacted history);
+    its turns that the last request did not reuse (a branch, a compacted history), and the pages of
+    its previous request that a request without ``end`` no longer holds are left behind
+    (``AgentHints.left_behind``: not written while no request uses them);
 - decisions: ``AgentHints`` (``mem_cache/hints.py``) keeps hints by block key; the write sequencer
   asks it about the keys its driver decides on, which in this driver are SGLang's tree nodes.
   Nodes split and leave the tree, pages do not: the hints stay keyed by page (``page_key``, as the
@@ -184,6 +186,8 @@ def apply_hint(policy: Any, sessions: SessionPaths, hint: AgentHint, hashes: Seq
         return
     hints.on_clock(policy.clock())
     earlier = sessions.record(hint.session, hashes)
+    if earlier and not hint.end:
+        hints.left_behind([page_key(h) for h in earlier])
     if hint.end:
         pages = list(earlier) + list(hashes)  # an earlier branch first: the request's own tail goes first
         sessions.forget(hint.session)
@@ -225,6 +229,9 @@ class NodeHints:
 
     def ended(self, node: Any) -> bool:
         return self.hints.ended(self._key_of(node))
+
+    def is_left_behind(self, node: Any) -> bool:
+        return self.hints.is_left_behind(self._key_of(node))
 
     def returns_later(self, node: Any) -> bool:
         return self.hints.returns_later(self._key_of(node))

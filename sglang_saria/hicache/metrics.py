@@ -180,8 +180,9 @@ class SariaServingMetrics:
         )
         self._hints = Counter(
             "sglang:saria_hints_total",
-            "Agents' hints: end, expect_return (hints taken), dropped (over the bound), skipped_writes (a write "
-            "an end hint stopped), hinted_writes (a write only a return hint asked for)", ["kind"],
+            "Agents' hints: end, expect_return, left_behind (hints taken), dropped (over the bound), skipped_writes "
+            "(a write an end hint stopped), hinted_writes (a write only a return hint asked for), "
+            "left_skipped_writes (a write stopped because the session went on without the page)", ["kind"],
         )
         self._exported: dict[tuple[str, str], int] = {}  # cumulative counts already added to the counters
 

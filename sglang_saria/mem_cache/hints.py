@@ -9,6 +9,11 @@ may say ``{"saria": {"session": "<id>", "end": true}}`` or ``{"saria": {"session
   (``SSDVictimOrder.demote``); a later request that uses them again makes them live again;
 - **expect_return_s**: a block evicted from DRAM before that time is written at that eviction
   (the session said it comes back after DRAM gave the block up), whatever the threshold says.
+- **left behind**: a session's request that no longer holds blocks of its previous one (the agent
+  rewrote or compacted its history, or took another branch) leaves them behind: they are not
+  written at their DRAM eviction (a policy that learns, ``auto``, still counts them as seen), until
+  a request uses them again. The driver derives this from the session id every hinted request
+  carries (the server's ``SessionPaths``, the replay's per-session path).
 
 Hints are optional and bounded: at most ``max_keys`` blocks carry one (the oldest hint is dropped
 first), a return is taken at most ``max_return_s`` ahead, and hints only ever skip writes or
@@ -36,11 +41,13 @@ class AgentHints:
         self.limits = limits or HintLimits()
         self._ended: OrderedDict[Hashable, None] = OrderedDict()
         self._returns: OrderedDict[Hashable, float] = OrderedDict()
+        self._left: OrderedDict[Hashable, None] = OrderedDict()
         self.now = 0.0
-        self.counts = {"end": 0, "expect_return": 0, "dropped": 0, "skipped_writes": 0, "hinted_writes": 0}
+        self.counts = {"end": 0, "expect_return": 0, "left_behind": 0, "dropped": 0, "skipped_writes": 0,
+                       "hinted_writes": 0, "left_skipped_writes": 0}
 
     def __len__(self) -> int:
-        return len(self._ended) + len(self._returns)
+        return len(self._ended) + len(self._returns) + len(self._left)
 
     def on_clock(self, now: float) -> None:
         self.now = now
@@ -66,15 +73,30 @@ class AgentHints:
             returns.move_to_end(k)
         self._bound()
 
+    def left_behind(self, keys: Iterable[Hashable]) -> None:
+        """The session's latest request no longer holds these blocks of its previous one."""
+        left = self._left
+        n = len(left)
+        for k in keys:
+            left[k] = None
+            left.move_to_end(k)
+        if len(left) > n:
+            self.counts["left_behind"] += 1
+            self._bound()
+
     def used(self, keys: Iterable[Hashable]) -> None:
-        """A request uses these blocks again: an end hint on them no longer holds."""
-        if self._ended:
-            ended = self._ended
+        """A request uses these blocks again: an end or left-behind hint on them no longer holds."""
+        if self._ended or self._left:
+            ended, left = self._ended, self._left
             for k in keys:
                 ended.pop(k, None)
+                left.pop(k, None)
 
     def ended(self, key: Hashable) -> bool:
         return key in self._ended
+
+    def is_left_behind(self, key: Hashable) -> bool:
+        return key in self._left
 
     def returns_later(self, key: Hashable) -> bool:
         """Whether the block's session said it returns after now."""
@@ -86,10 +108,10 @@ class AgentHints:
         return bool(self._returns)
 
     def _bound(self) -> None:
-        """Drop the oldest hints past ``max_keys`` (ends and returns alike, oldest first within each)."""
+        """Drop the oldest hints past ``max_keys`` (from the largest kind, oldest first within each)."""
         excess = len(self) - self.limits.max_keys
         while excess > 0:
-            victims = self._returns if len(self._returns) >= len(self._ended) else self._ended
+            victims = max((self._returns, self._ended, self._left), key=len)
             victims.popitem(last=False)
             self.counts["dropped"] += 1
             excess -= 1

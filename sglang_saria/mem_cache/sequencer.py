@@ -19,7 +19,9 @@ only at checkpoint nodes on hybrid models, is skipped when an ancestor is on no 
 the computed content (docs/fidelity.md). A policy with ``lazy_closure`` (``auto``) on an FA-only
 model writes the node alone while its parent has a copy; the parent is written at its own
 eviction because the node's SSD copy needs it (``closure_forced``), so ancestors that stay in
-DRAM until the prefix is used again are never written. The tiers are read through a ``TierView``. Promotion
+DRAM until the prefix is used again are never written. Agents' hints come first (``hints.py``: an ended
+session's node is not written, a returning one's is), except that a node its session left behind is
+refused after the policy decided, so a learning policy still counts it. The tiers are read through a ``TierView``. Promotion
 (which DRAM nodes a replica may displace) is decided in ``promotion.py``, with ``robust`` from here.
 """
 
@@ -155,6 +157,9 @@ class WriteSequencer:
             admitted = admission.admits_key(view.block_key(key), event, node, self._victim(view, key))
         else:
             admitted = admission.should_admit(node.E + evictions - node.e_spent, node.R, event)
+        if admitted and not forced and hints is not None and hints.is_left_behind(key):
+            hints.counts["left_skipped_writes"] += 1  # its session went on without it (asked after the policy,
+            return None  # which counts it as seen)
         if not admitted:
             if not hinted:
                 return None

@@ -68,7 +68,8 @@ class ReplaySettings:
     # (a TLC NVMe drive writes at about half its read rate: half of the paper's 20 GB/s)
     ssd_write_gbps: float = 10.0
     # agents' hints the replay derives from the trace for policies that take them (``auto``): none, "end"
-    # (each session's end, as an agent would know it) or "next" (also each request's next arrival: clairvoyant)
+    # (each request names its session, whose end the agent knows) or "next" (also each request's next
+    # arrival: clairvoyant)
     hints: str = "none"
 
     def validate(self) -> "ReplaySettings":
@@ -199,6 +200,7 @@ class ReplayRun:
         self.oracle = admission if isinstance(admission, OracleAdmission) else None
         self.needs = NeedsRecorder() if self.oracle is not None else None
         self.hints = admission.hints if settings.hints != "none" else None
+        self.hinted_paths: dict[int, list[int]] = {}  # session -> keys of its last hinted request (``hint``)
         if workload is None:
             workload = ReplayWorkload.build(sessions, start_times, settings.horizon_s, self.core.metadata.checkpoint_stride)
         self.workload = workload
@@ -290,10 +292,16 @@ class ReplayRun:
         the horizon cuts it: the agent does not know the replay's horizon), or (clairvoyant) when it returns."""
         hints = self.hints
         hints.on_clock(t)
+        previous = self.hinted_paths.pop(a.sid, None)
         if a.ridx + 1 >= len(self.sessions[a.sid].requests):
             hints.session_end(a.keys)
             self.core.ssd_order.demote(a.keys)
-        elif self.settings.hints == "next" and a.ridx + 1 < self.truncation.kept[a.sid]:
+            return
+        self.hinted_paths[a.sid] = a.keys
+        if previous is not None:  # every hinted request names its session: what it no longer holds is left behind
+            held = set(a.keys)
+            hints.left_behind([k for k in previous if k not in held])
+        if self.settings.hints == "next" and a.ridx + 1 < self.truncation.kept[a.sid]:
             hints.expect_return(a.keys, self.sessions[a.sid].requests[a.ridx + 1].idle_before_s)
 
     def charge(self, acts: Actions, t: float) -> None:

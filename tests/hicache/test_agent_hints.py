@@ -110,12 +110,29 @@ def test_a_returning_sessions_node_is_written_at_its_first_eviction_while_idle()
     assert policy.hints.counts["expect_return"] == 1 and policy.hints.counts["hinted_writes"] == 1
 
 
+def test_pages_a_sessions_next_turn_no_longer_holds_are_left_behind_and_not_written():
+    policy = loaded(auto_policy())
+    tree, node = one_node()
+    insert(policy, tree, node)
+    sessions = SessionPaths(1 << 20)
+    apply_hint(policy, sessions, AgentHint("s"), PAGES)  # a turn on this path
+    apply_hint(policy, sessions, AgentHint("s"), PAGES[:1] + ["z" * 64])  # the next one rewrote its last page
+    assert not policy.hints.is_left_behind(page_key(PAGES[0])) and policy.hints.is_left_behind(page_key(PAGES[1]))
+    assert evict(policy, node)  # reclaimed without a write, though a loaded auto writes a first eviction
+    assert policy.admission.admitted["evict"] == 0 and policy.hints.counts["left_skipped_writes"] == 1
+    tree, node = one_node()
+    insert(policy, tree, node)
+    policy.on_request_match("req-3", tree, node.id)  # a request uses the pages again: live
+    assert not evict(policy, node) and policy.admission.admitted["evict"] == 1
+
+
 def test_an_end_covers_the_sessions_earlier_hinted_branch_and_sessions_are_bounded():
     demoted: list[str] = []
     policy = auto_policy(demoted=demoted)
     sessions = SessionPaths(2 * entry_bytes("a", ("p",)))
     apply_hint(policy, sessions, AgentHint("s"), ["a0", "b1"])  # a turn on a branch, only registered
-    assert policy.hints.counts == {"end": 0, "expect_return": 0, "dropped": 0, "skipped_writes": 0, "hinted_writes": 0}
+    assert policy.hints.counts == {"end": 0, "expect_return": 0, "left_behind": 0, "dropped": 0, "skipped_writes": 0,
+                                   "hinted_writes": 0, "left_skipped_writes": 0}
     apply_hint(policy, sessions, AgentHint("s", end=True), ["a0", "c1", "c2"])
     assert demoted == ["b1", "a0", "c1", "c2"]  # the earlier branch, then this path: its tail goes first
     assert all(policy.hints.ended(page_key(h)) for h in demoted)

@@ -1,12 +1,15 @@
 """Agents' hints (issue 26): an ended session's blocks are never written and leave SSD first; a block
-whose session returns after DRAM gave it up is written at that eviction; hints are bounded."""
+whose session returns after DRAM gave it up is written at that eviction; blocks a session went on
+without are not written while no request uses them, though ``auto`` still learns from them; hints are
+bounded."""
 
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.auto import LoadAwareAdmission, LoadParams
 from sglang_saria.mem_cache.hints import AgentHints, HintLimits
+from sglang_saria.mem_cache.learned import LearnedAdmission
 from sglang_saria.mem_cache.metadata import ContextNode
 from sglang_saria.mem_cache.sequencer import WriteSequencer
-from tests.mem_cache.helpers import FlatView
+from tests.mem_cache.helpers import ChainView, FlatView
 from sglang_saria.mem_cache.ssd_order import SSDVictimOrder
 
 
@@ -56,3 +59,28 @@ def test_ended_blocks_become_the_first_ssd_victims_tail_first():
         order.written(k)
     assert order.demote([10, 11, 12, 99]) == 3  # a prefix, head first; 99 is not held
     assert order.order() == [12, 11, 10, 1, 2, 3]
+
+
+def test_a_block_its_session_left_behind_is_not_written_but_auto_still_counts_it_seen():
+    auto = LearnedAdmission()
+    auto.on_load(10.0, 0.0)  # a queued GPU: the bar is low enough for a class never seen reused
+    seq, hints = WriteSequencer(auto, "robust"), auto.hints
+    node = ContextNode(0.0, False)
+    assert seq.evict(ChainView(), 1, node) == [1]
+    seen = sum(auto.seen)
+    hints.left_behind([2, 3])
+    assert hints.is_left_behind(2) and hints.counts["left_behind"] == 1
+    assert seq.evict(ChainView(), 2, node) is None and hints.counts["left_skipped_writes"] == 1
+    assert sum(auto.seen) == seen + 1 and 2 in auto.ghost  # tracked: a later want of it teaches its class
+    hints.used([3])  # a request uses it again: live
+    assert not hints.is_left_behind(3) and seq.evict(ChainView(), 3, node) == [3]
+
+
+def test_left_behind_blocks_share_the_hints_bound():
+    hints = AgentHints(HintLimits(max_keys=3))
+    hints.session_end([1])
+    hints.left_behind([2, 3, 4])
+    assert len(hints) == 3 and hints.counts["dropped"] == 1
+    assert not hints.is_left_behind(2) and hints.is_left_behind(4)  # the oldest of the largest kind went
+    hints.left_behind([4])  # nothing new: not counted as another hint
+    assert hints.counts["left_behind"] == 1

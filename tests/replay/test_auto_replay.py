@@ -53,3 +53,13 @@ def test_end_hints_only_where_the_trace_ends_a_session_not_where_the_horizon_cut
     kept = truncate(sessions, session_starts(sessions, 7200.0, 0), 1800.0).kept
     ends_within = sum(1 for s, n in zip(sessions, kept) if n == len(s.requests))
     assert cut.core.admission.hints.counts["end"] == ends_within < full.core.admission.hints.counts["end"]
+
+
+def test_end_hints_leave_behind_what_a_sessions_next_request_no_longer_holds(sessions):
+    ended = run(sessions, hints="end")
+    counts = ended.core.admission.hints.counts
+    rewrites = sum(1 for s in sessions for a, b in zip(s.requests, s.requests[1:])
+                   if not set(map(int, a.block_keys)) <= set(map(int, b.block_keys)))
+    assert 0 < counts["left_behind"] <= rewrites  # one hint per rewriting turn the replay finished
+    assert counts["left_skipped_writes"] > 0
+    assert run(sessions).core.admission.hints.counts["left_behind"] == 0  # no hints unless asked
