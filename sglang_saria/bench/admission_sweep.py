@@ -107,6 +107,11 @@ def parse_variant(text: str) -> tuple[str, dict]:
     return policy, changes
 
 
+def variant_text(changes: dict, hints: str) -> str:
+    """How a row names its variant: ``field=value,...`` then ``hints=MODE`` (empty: the policy's defaults)."""
+    return ",".join([f"{k}={v:g}" for k, v in changes.items()] + ([f"hints={hints}"] if hints != "none" else []))
+
+
 def _replay_inputs(s: Setting) -> tuple:
     """What every replay of setting ``s`` shares: (model spec, sessions, replay settings, session
     starts, the base config with the setting's block size and capacities)."""
@@ -134,8 +139,7 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
         cfg = replace(base, admission=AdmissionConfig(policy=policy, **changes)).validate()
         t0 = time.perf_counter()
         m = replay(sessions, starts, cfg, spec, replace(settings, hints=hints)).metrics
-        variant = [f"{k}={v:g}" for k, v in changes.items()] + ([f"hints={hints}"] if hints != "none" else [])
-        rows.append({"policy": policy, "variant": ",".join(variant),
+        rows.append({"policy": policy, "variant": variant_text(changes, hints),
                      "writes_norm": m["ssd_writes_norm"], "char": m["char"], "requests": m["requests"],
                      "request_set": m["request_set"], "writes_never_read_frac": m["writes_never_read_frac"],
                      "replay_s": time.perf_counter() - t0,
@@ -246,7 +250,9 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
                                   settings, {}, None, max_passes)
     wanted = set().union(*needs.values()) if needs else set()
     rows = []
-    for policy in policies:
+    for text in policies:
+        policy, changes = parse_variant(text)
+        hints = changes.pop("hints", "none")
         future = FutureNeeds.of(needs)
         written: list[tuple[int, bool, bool]] = []  # (block, closed over, wanted later)
         forced: list = [None]  # the block of the sequencer's last decision if a lazy closure forced it
@@ -255,8 +261,8 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
             closed = event == "closure" or key == forced[0]  # AdmissionEvent.CLOSURE: a str enum
             written.append((key, closed, future.wanted_later(key)))
 
-        run = ReplayRun(sessions, starts, replace(base, admission=AdmissionConfig(policy=policy)), spec, settings,
-                        on_write=hook)
+        run = ReplayRun(sessions, starts, replace(base, admission=AdmissionConfig(policy=policy, **changes)), spec,
+                        replace(settings, hints=hints), on_write=hook)
         _track_forced_closure(run.core.sequencer, forced)
         admit = run.admit
 
@@ -267,7 +273,9 @@ def labels(s: Setting, policies: list[str], max_passes: int) -> dict:
         run.admit = labelled_admit
         run.loop()
         keys = {k for k, _, _ in written}
-        rows.append({"policy": policy, "writes": len(written), "useful": sum(u for _, _, u in written),
+        variant = variant_text(changes, hints)
+        rows.append({"policy": policy + (f" ({variant})" if variant else ""), "writes": len(written),
+                     "useful": sum(u for _, _, u in written),
                      "wasted_admitted": sum(not u and not c for _, c, u in written),
                      "wasted_closure": sum(not u and c for _, c, u in written),
                      "wanted": len(wanted), "missed": len(wanted - keys)})
@@ -303,10 +311,12 @@ def timing(workload: str, model: str, policies: list[str], repeats: int, tps: fl
     cpu_runs: dict[str, list[float]] = {p: [] for p in policies}
     for _ in range(repeats):
         for p in policies:
-            cfg = SariaConfig(admission=AdmissionConfig(policy=p),
+            policy, changes = parse_variant(p)
+            hints = changes.pop("hints", "none")
+            cfg = SariaConfig(admission=AdmissionConfig(policy=policy, **changes),
                               metadata=MetadataConfig(block_tokens=spec.default_block_tokens)).validate()
             t0, c0 = time.perf_counter(), time.process_time()
-            replay(sessions, starts, cfg, spec, settings)
+            replay(sessions, starts, cfg, spec, replace(settings, hints=hints))
             runs[p].append(time.perf_counter() - t0)
             cpu_runs[p].append(time.process_time() - c0)
     return {"workload": workload, "model": model, "prefill_tps": tps, "runs": runs, "cpu_runs": cpu_runs}

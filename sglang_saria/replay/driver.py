@@ -298,8 +298,8 @@ class ReplayRun:
             self.core.ssd_order.demote(a.keys)
             return
         self.hinted_paths[a.sid] = a.keys
-        if previous is not None:  # every hinted request names its session: what it no longer holds is left behind
-            held = set(a.keys)
+        if previous and previous[-1] not in a.keys:  # (keys are chained: the last one names the whole prefix)
+            held = set(a.keys)  # every hinted request names its session: what it no longer holds is left behind
             hints.left_behind([k for k in previous if k not in held])
         if self.settings.hints == "next" and a.ridx + 1 < self.truncation.kept[a.sid]:
             hints.expect_return(a.keys, self.sessions[a.sid].requests[a.ridx + 1].idle_before_s)

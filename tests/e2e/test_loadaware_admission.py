@@ -14,6 +14,9 @@ page on) sent through the openai SDK, and fillers of 300 tokens that push them o
 3. hints: E's second turn says ``end``, C's has no hint: E's stored pages become the store's first
    victims (the index's eviction order: access time, then write order);
 4. deep again, six new fillers: C's second turn is written, nothing of E's second turn is.
+5. left behind: L's first turn and a second that rewrites its user message, both naming session L,
+   then six fillers in one request: L's second turn is written, the pages of its first that the
+   second no longer holds are not.
 
 Plus malformed hints get a 400 naming the field (`plugin/requests.py`). Admissions are checked by event and
 decision state, the store by its index, the moved KV by the audit; no timing is asserted.
@@ -43,7 +46,7 @@ PAGE = 16
 AUTO = {"policy": "loadaware", "loadaware_spend_backlog_s": 1e-4, "loadaware_tau_s": 1e-3}
 FILLERS = {
     phase: [[(k * 97 + j * step) % 250 + 1 for j in range(300)] for k in range(count)]
-    for phase, step, count in (("idle", 7, 5), ("deep", 11, 6), ("again", 13, 6))
+    for phase, step, count in (("idle", 7, 5), ("deep", 11, 6), ("again", 13, 6), ("left", 17, 6))
 }
 BAD_HINTS = {
     # case: (the "saria" field as JSON text, words the 400's message must contain)
@@ -90,6 +93,11 @@ def chat(client: OpenAI, messages: list[dict], hint: dict | None = None) -> Turn
     choice = response.choices[0]
     return Turn(choice.model_extra["prompt_token_ids"], choice.model_extra["response_token_ids"],
                 choice.message.content or "")
+
+
+def rewritten_turn(name: str) -> list[dict]:
+    """The session's first prompt with its user message replaced (a rewritten history)."""
+    return first_turn(name)[:1] + [{"role": "user", "content": f"Task {name}: start over and explain the design."}]
 
 
 def second_turn(name: str, first: Turn) -> list[dict]:
@@ -175,6 +183,11 @@ def run(start_server, tmp_path_factory) -> Run:
 
         server.post("/generate", {"input_ids": FILLERS["again"], "sampling_params": {"max_new_tokens": 4}})
         snapshot(result, "again", server, store)
+
+        result.turns["L1"] = chat(client, first_turn("L"), {"session": "L"})
+        result.turns["L2"] = chat(client, rewritten_turn("L"), {"session": "L"})
+        server.post("/generate", {"input_ids": FILLERS["left"], "sampling_params": {"max_new_tokens": 4}})
+        snapshot(result, "left", server, store)
         result.bad = {case: post_hint(server, hint) for case, (hint, _) in BAD_HINTS.items()}
     return result
 
@@ -233,6 +246,18 @@ def test_nothing_of_an_ended_session_is_written_after_the_hint_while_its_twin_is
     assert by_label(again, "hints_total")["skipped_writes"] >= 1
     assert_kv_audit_clean(again, ("device_to_host", "host_to_ssd", "ssd_to_device"))
     assert again.get("sglang:saria_tier_audit_errors_total", 0) == 0
+
+
+def test_pages_a_sessions_next_turn_no_longer_holds_are_not_written_while_that_turn_is(run):
+    left = run.metrics["left"]
+    behind = path_pages(run, "L1") - path_pages(run, "L2")
+    new_l2 = path_pages(run, "L2") - run.stored["again"]
+    assert behind and new_l2
+    assert not behind & run.stored["left"]  # evicted under load like L2's, never written
+    assert new_l2 <= run.stored["left"]
+    hints = by_label(left, "hints_total")
+    assert hints["left_behind"] == 1 and hints["left_skipped_writes"] >= 1
+    assert_kv_audit_clean(left, ("device_to_host", "host_to_ssd", "ssd_to_device"))
 
 
 @pytest.mark.parametrize("case", list(BAD_HINTS))

@@ -225,6 +225,8 @@ def prose_figures(doc: dict, tuning: dict) -> list[str]:
         f"(`loadaware` {med['loadaware'] / med['eviction:E2']:.2f}x)",
         f"CPU time (this process's, which other jobs do not add to) gives {cpu['auto'] / cpu['eviction:E2']:.2f}x too",
         f"the runs spread {min(min(v) for v in timing.values()):.1f}-{max(max(v) for v in timing.values()):.1f} s",
+        f"With agents' hints (`auto@hints=end`, the replay deriving them per request) "
+        f"{med['auto@hints=end'] / med['eviction:E2']:.2f}x as well",
     ]
     for ssd, name in ((M10, "10M"), (M2, "2M")):
         a = lab[M8, ssd]["auto"]
@@ -260,6 +262,11 @@ def prose_figures(doc: dict, tuning: dict) -> list[str]:
         f"{_span([100 * r['writes_never_read_frac'] for _, r in checked_h], '.0f')} % of its writes are never read",
         f"meets both checks in {len(var_met)} of {len(var_h)} rows",
     ]
+    useful = {(m, h): [lab[m, ssd][f"auto{h}"]["useful"] / lab[m, ssd][f"auto{h}"]["writes"] for ssd in (M10, M2)]
+              for m in (M8, M9) for h in ("", f" ({H})")}
+    out.append(f"{_span([100 * x for x in useful[M8, f' ({H})']], '.0f')} % of its block writes on qwen3-8b are wanted "
+               f"later ({_span([100 * x for x in useful[M8, '']], '.0f')} % without hints; "
+               f"{_span([100 * x for x in useful[M9, f' ({H})']], '.0f')} % on qwen3.5-9b)")
     th = {(s["model"], s["ssd_tokens"]): (s, r) for s in tuning["settings"] for r in s["rows"]
           if r["policy"] == "auto" and r["variant"] == H}
     out.append(f"qwen3-8b meets both ({_ratio(*th[M8, M10]):.2f}x at 10M, {_ratio(*th[M8, M2]):.2f}x at 2M) but qwen3.5-9b "

@@ -44,6 +44,8 @@ def test_bad_input_is_named(shared_dir, tmp_path, monkeypatch):
     out = str(tmp_path / "x.json")
     with pytest.raises(ValueError, match="no field 'auto_oddz'"):
         main(["run", "--workload", "tracelab", "--variant", "auto@auto_oddz=2", "--json", out])
+    with pytest.raises(ValueError, match="hints must be one of none, end, next, got 'all'"):
+        main(["run", "--workload", "tracelab", "--variant", "auto@hints=all", "--json", out])
     with pytest.raises(ValueError, match="expected weka:A-B"):
         main(["run", "--workload", "weka:x", "--models", "qwen3-8b", "--loads", "6500", "--json", out])
     with pytest.raises(SystemExit):
@@ -62,3 +64,25 @@ def test_timing_records_wall_and_cpu_seconds_per_policy_interleaved(sweep, capsy
     assert "| tracelab | qwen3-8b | eviction:E2 | 2 |" in table and "| 1.00x |" in table
     with pytest.raises(SystemExit):  # the baseline must be among the policies
         main(["timing", "--workload", "tracelab", "--policies", "auto", "--json", str(sweep)])
+
+
+def test_a_hints_variant_replays_with_the_agents_hints_in_its_own_table(sweep, capsys):
+    assert main(["run", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "6500", "--rows-only",
+                 "--policies", "", "--variant", "auto@hints=end", "--variant", "auto@auto_odds=2,hints=end",
+                 "--json", str(sweep)]) == 0
+    rows = json.loads(sweep.read_text())["settings"][0]["rows"]
+    assert [(r["policy"], r["variant"]) for r in rows] == [
+        ("none", ""), ("eviction:E2", ""), ("auto", "hints=end"), ("auto", "auto_odds=2,hints=end")]
+    assert len({r["request_set"] for r in rows}) == 1
+    rendered = capsys.readouterr().out
+    hinted = rendered.split("### With agents' hints", 1)[1]
+    assert "auto (hints=end)" in hinted and "auto (auto_odds=2,hints=end)" in hinted
+    assert "### Constants halved and doubled" not in rendered  # a hinted row is not a constants row
+
+
+def test_labels_name_a_hinted_policy_by_its_variant(sweep):
+    assert main(["labels", "--workload", "tracelab", "--policies", "auto,auto@hints=end", "--json", str(sweep)]) == 0
+    (rec,) = json.loads(sweep.read_text())["labels"]
+    assert [r["policy"] for r in rec["rows"]] == ["auto", "auto (hints=end)"]
+    for r in rec["rows"]:
+        assert r["useful"] + r["wasted_admitted"] + r["wasted_closure"] == r["writes"]
