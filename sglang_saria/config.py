@@ -72,6 +72,9 @@ class AdmissionConfig:
     # auto: a write leaves its ancestors still in DRAM to their own eviction, where each is written because the
     # descendant's SSD copy needs it (mem_cache/sequencer.py); False: it closes over them at once
     auto_lazy_closure: bool = True
+    # auto on hybrid models: close lazily there too (writes still start at checkpoint nodes). Off until the
+    # fleet records are replayed with it (docs/admission.md: better on every tuning and held-out setting)
+    auto_lazy_hybrid: bool = False
     # SGLang driver: auto's learned state goes to a file beside the store at most this often (hicache/admission_state.py)
     auto_state_save_s: float = 60.0
     # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints.py),

@@ -64,6 +64,8 @@ class AdmissionPolicy(ABC):
     #: eviction, where each is written because a descendant's SSD copy needs it (``auto``); else it closes over
     #: them at once
     lazy_closure: bool = False
+    #: whether ``lazy_closure`` holds on hybrid models too (writes still start at checkpoint nodes)
+    lazy_hybrid: bool = False
 
     def __init__(self) -> None:
         self.admitted: dict[str, int] = {e.value: 0 for e in AdmissionEvent}

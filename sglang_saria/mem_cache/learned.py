@@ -65,6 +65,7 @@ class LearnedParams:
     load_ref_s: float = 1.0  # queued prefill (s) that halves the bar
     max_bytes: int = 64 << 20  # ghost memory bound
     lazy_closure: bool = True  # ancestors still in DRAM are written at their own eviction (sequencer)
+    lazy_hybrid: bool = False  # ... on hybrid models too
 
     @property
     def max_blocks(self) -> int:
@@ -91,6 +92,7 @@ class LearnedAdmission(AdmissionPolicy):
         super().__init__()
         self.params = params or LearnedParams()
         self.lazy_closure = self.params.lazy_closure
+        self.lazy_hybrid = self.params.lazy_hybrid
         self.budget = budget
         self.name = "auto" if budget is None else f"auto:{budget.params.dwpd:g}"
         self.retunes_on_write = budget is not None
@@ -237,7 +239,7 @@ def _state(seen: list[int], reused: list[int], ghost: dict) -> dict:
 def _make_auto(pn: policy_names.PolicyName, cfg: AdmissionConfig | None, ssd_capacity_bytes: int) -> LearnedAdmission:
     cfg = cfg or AdmissionConfig(policy="auto")
     params = LearnedParams(odds=cfg.auto_odds, load_ref_s=cfg.auto_load_ref_s, max_bytes=cfg.auto_max_bytes,
-                           lazy_closure=cfg.auto_lazy_closure)
+                           lazy_closure=cfg.auto_lazy_closure, lazy_hybrid=cfg.auto_lazy_hybrid)
     if pn.dwpd is None:
         return LearnedAdmission(params)
     return LearnedAdmission(params, rated_budget("auto", pn.dwpd, cfg, ssd_capacity_bytes))

@@ -16,13 +16,15 @@ once, SGLang after the write it deferred the reclaim for. Under the robust rule 
 policies, ``admission.rule = "robust"``) a write closes over every ancestor not on SSD, starts
 only at checkpoint nodes on hybrid models, is skipped when an ancestor is on no tier, needs
 ``theta_E`` evictions since the node's last SSD copy was lost, and total writes stay within
-the computed content (docs/fidelity.md). A policy with ``lazy_closure`` (``auto``) on an FA-only
-model writes the node alone while its parent has a copy; the parent is written at its own
-eviction because the node's SSD copy needs it (``closure_forced``), so ancestors that stay in
-DRAM until the prefix is used again are never written. Agents' hints come first (``hints.py``: an ended
-session's node is not written, a returning one's is), except that a node its session left behind is
-refused after the policy decided, so a learning policy still counts it. The tiers are read through a ``TierView``. Promotion
-(which DRAM nodes a replica may displace) is decided in ``promotion.py``, with ``robust`` from here.
+the computed content (docs/fidelity.md). A policy with ``lazy_closure`` (``auto``) writes the node
+alone while its parent has a copy (on a hybrid model only with ``lazy_hybrid``, still starting at
+checkpoint nodes); the parent is written at its own eviction because the node's SSD copy needs it
+(``closure_forced``), so ancestors that stay in DRAM until the prefix is used again are never
+written; on a hybrid model drivers are then asked about every node, checkpoint or not (``write_floor``). Agents' hints come first (``hints.py``: an
+ended session's node is not written, a returning one's is), except that a node its session left
+behind is refused after the policy decided, so a learning policy still counts it. The tiers are read
+through a ``TierView``. Promotion (which DRAM nodes a replica may displace) is decided in
+``promotion.py``, with ``robust`` from here.
 """
 
 from __future__ import annotations
@@ -57,9 +59,8 @@ class WriteSequencer:
         self.stats = stats if stats is not None else RuleStats()
         self.hints = admission.hints  # agents' hints come before the policy (mem_cache/hints.py)
         self.written_bytes = 0  # bytes of the writes drivers executed (replay) or ordered (SGLang)
-        # lazy closure on FA-only models: on hybrid ones (writes start at checkpoint nodes) the replay's
-        # lazy runs lost most hits on the development sessions, so they close over the chain at once
         self.lazy = self.robust and admission.lazy_closure
+        self.lazy_hybrid = self.lazy and admission.lazy_hybrid
         # lazy closure: block key of a parent left in DRAM -> the (last) child written without it
         self._needed_by: dict[Hashable, Hashable] = {}
 
@@ -84,7 +85,8 @@ class WriteSequencer:
         r_min, e_min = self.admission.thresholds(event)
         if event is _EVICT:
             e_min -= 1  # asked with this eviction counted (``E + 1``)
-        return r_min, e_min, self._checkpoint_only(view)
+        # a lazy closure must be asked about every node: any may be an ancestor a descendant's SSD copy needs
+        return r_min, e_min, self._checkpoint_only(view) and not self.lazy_hybrid
 
     def _checkpoint_only(self, view: TierView) -> bool:
         """Whether only checkpoint nodes start a write: the robust rule on a hybrid model (``admit``)."""
@@ -143,7 +145,7 @@ class WriteSequencer:
             if admission.keyed:
                 return [key] if admission.admits_key(view.block_key(key), event, node, self._victim(view, key)) else None
             return [key] if hinted or admission.should_admit(node.E + evictions, node.R, event) else None
-        lazy = self.lazy and not view.hybrid
+        lazy = self.lazy and (self.lazy_hybrid or not view.hybrid)
         forced = False
         if lazy and event is _EVICT:
             child = self._needed_by.pop(view.block_key(key), None)

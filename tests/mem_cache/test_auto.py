@@ -131,8 +131,8 @@ def test_state_round_trip_and_bad_state_named():
     assert q.seen == p.seen  # a refused state changes nothing
 
 
-def _hot_auto(lazy: bool) -> LearnedAdmission:
-    p = LearnedAdmission(LearnedParams(lazy_closure=lazy))
+def _hot_auto(lazy: bool, lazy_hybrid: bool = False) -> LearnedAdmission:
+    p = LearnedAdmission(LearnedParams(lazy_closure=lazy, lazy_hybrid=lazy_hybrid))
     teach(p, R=1, E=1, idle_s=100, n=10, reused=10, first_key=1000)  # blocks like these come back
     return p
 
@@ -161,3 +161,26 @@ def test_lazy_closure_forces_nothing_once_the_descendants_copy_is_gone():
     cold = p.decisions["cold"]
     assert lazy.evict(view, 2, node(0, 0, 10_000.0)) is None  # a first eviction in a new class: cold
     assert lazy.stats.closure_forced == 0 and p.decisions["cold"] == cold + 1
+
+
+class _HybridChain(ChainView):
+    """Blocks 1 <- 2 <- 3 of a hybrid model: only block 3 carries a state checkpoint."""
+
+    hybrid = True
+
+    def has_checkpoint(self, key):
+        return key == 3
+
+
+def test_with_lazy_hybrid_a_closure_starts_at_a_checkpoint_and_forces_ancestors_without_one():
+    view = _HybridChain()
+    for eager in (WriteSequencer(make_admission_policy("eviction:E2"), "robust"),
+                  WriteSequencer(_hot_auto(lazy=True), "robust")):  # auto_lazy_hybrid off: eager on hybrids
+        assert eager.write_floor(view, AdmissionEvent.EVICT)[2]  # drivers need not ask about blocks without one
+    assert eager.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3, 2, 1]
+    lazy = WriteSequencer(_hot_auto(lazy=True, lazy_hybrid=True), "robust")
+    assert not lazy.write_floor(view, AdmissionEvent.EVICT)[2]  # every block: any may be a forced ancestor
+    assert lazy.evict(view, 2, node(1, 0, 10_000.0 - 100)) is None  # hot, but no checkpoint: starts no write
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]
+    view.on_ssd.add(3)
+    assert lazy.evict(view, 2, node(0, 0, 10_000.0)) == [2] and lazy.stats.closure_forced == 1
