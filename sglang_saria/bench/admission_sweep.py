@@ -424,8 +424,9 @@ def main(argv: list[str] | None = None) -> int:
                             CapacityConfig().ssd_tokens)), None)
                 if args.rows_only and old is None:
                     p.error(f"--rows-only: {args.json_path} has no {s} to add rows to")
-                rec = run_setting(s, [x for x in args.policies.split(",") if x], args.variant, [float(x) for x in args.shares.split(",")],
-                                  args.max_passes, doc["settings"][old]["frontier"] if args.rows_only else None)
+                rec = run_setting(s, [x for x in args.policies.split(",") if x], args.variant,
+                                  [float(x) for x in args.shares.split(",")], args.max_passes,
+                                  doc["settings"][old]["frontier"] if args.rows_only else None)
                 if args.rows_only:  # the new rows replace those of the same policy and variant, the rest stay
                     prev = doc["settings"][old]
                     new = {(r["policy"], r["variant"]): r for r in rec["rows"]}

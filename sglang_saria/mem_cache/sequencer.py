@@ -20,11 +20,12 @@ the computed content (docs/fidelity.md). A policy with ``lazy_closure`` (``auto`
 alone while its parent has a copy (on a hybrid model only with ``lazy_hybrid``, still starting at
 checkpoint nodes); the parent is written at its own eviction because the node's SSD copy needs it
 (``closure_forced``), so ancestors that stay in DRAM until the prefix is used again are never
-written; on a hybrid model drivers are then asked about every node, checkpoint or not (``write_floor``). Agents' hints come first (``hints.py``: an
-ended session's node is not written, a returning one's is), except that a node its session left
-behind is refused after the policy decided, so a learning policy still counts it. The tiers are read
-through a ``TierView``. Promotion (which DRAM nodes a replica may displace) is decided in
-``promotion.py``, with ``robust`` from here.
+written; on a hybrid model drivers are then asked about every node, checkpoint or not
+(``write_floor``). Agents' hints come first (``hints.py``: an ended session's node is not written,
+a returning one's is), except that a node its session left behind is refused after the policy
+decided, so a learning policy still counts it. The tiers are read through a ``TierView``.
+Promotion (which DRAM nodes a replica may displace) is decided in ``promotion.py``, with
+``robust`` from here.
 """
 
 from __future__ import annotations
