@@ -110,6 +110,7 @@ def test_tree_locations_agree_with_pools_and_store_throughout(request, run):
     assert all(metrics[name] == 0 for name in WRITES_PENDING)
 
 
+@pytest.mark.slow  # a restart loop (make test-slow)
 def test_budget_window_counts_earlier_runs_writes_after_a_restart(start_server, requests, tmp_path):
     """``budget:<DWPD>`` holds its day across restarts: the store persists its writes per hour,
     and a restarted server's controller starts with them in its window, not a full day's budget."""

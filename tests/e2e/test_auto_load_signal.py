@@ -135,16 +135,18 @@ class Held:
     front: dict
 
 
-def hold_queue(server: SGLangServer, prompts: dict[str, list[int]], expected_tokens: int) -> Held:
+def hold_queue(server: SGLangServer, prompts: dict[str, list[int]], expected_tokens: int, front_rid: str) -> Held:
     """The front request takes the one slot, ``prompts`` arrive behind it; the gauge is polled
-    until it is ``expected_tokens`` (or the deadline), then the front is aborted."""
+    until it is ``expected_tokens`` (or the deadline), then the front is aborted. Each hold names
+    its front anew: SGLang may finish a request that reuses the rid of one aborted just before."""
     with ThreadPoolExecutor(len(prompts) + 1) as pool:
         decoding = threading.Event()
-        front = pool.submit(lambda: server.generate_stream(FRONT, FRONT_TOKENS, ignore_eos=True, rid="front",
+        front = pool.submit(lambda: server.generate_stream(FRONT, FRONT_TOKENS, ignore_eos=True, rid=front_rid,
                                                            first_chunk=decoding))
         assert decoding.wait(180), server.log_tail()
         served = {name: pool.submit(generate, server, tokens) for name, tokens in prompts.items()}
-        held = wait_for(lambda: loads(server), lambda v: v.get("num_waiting_reqs") == len(prompts))
+        held = wait_for(lambda: loads(server), lambda v: v.get("num_waiting_reqs") == len(prompts) or front.done())
+        assert not front.done(), ("the front request ended before the queue formed", front.result().result)
         seen: list[float | None] = []
 
         def read() -> float | None:
@@ -154,7 +156,7 @@ def hold_queue(server: SGLangServer, prompts: dict[str, list[int]], expected_tok
             return value
 
         gauge = wait_for(read, lambda v: v == expected_tokens)
-        server.abort("front")
+        server.abort(front_rid)
         results = {name: future.result() for name, future in served.items()}
         return Held(held, gauge, seen, results, front.result().result)
 
@@ -181,7 +183,7 @@ def held(start_server, expected, tmp_path_factory) -> dict[str, Held]:
             generate(server, tokens)
         server.wait_storage_writes()
     with start_server(args({"policy": "auto"})) as server:
-        return {where: hold_queue(server, QUEUES[where], sum(expected[where].values())) for where in QUEUES}
+        return {where: hold_queue(server, QUEUES[where], sum(expected[where].values()), f"front-{where}") for where in QUEUES}
 
 
 @pytest.mark.parametrize("where", list(QUEUES))

@@ -2,19 +2,21 @@
 the demo's scenario (agent sessions, 1,280 device tokens, every page in the store), restarted on
 the same store; every session's first turn after the restart (`bench/restart_turns.py`).
 
-- 1-4 concurrent sessions, saria and stock HiCache `file` in the same test: each session gets at
-  least as many cached tokens from saria as from `file` (after a restart device and host memory
-  are empty, so every cached token of the turn came back from the store in it: the sessions'
-  shared system prompt is the storage hit of the session whose reload read it and a device hit
-  of the others), the sessions together at least as many storage-hit tokens, no reloaded token is evicted
-  before its request is admitted (`sglang:saria_reload_tokens_wasted_total` 0), the outputs
-  equal a cold server's (tolerance oracle) and the KV audit is clean;
-- stress, 8 sessions (their histories are 5x the device pool): no deadlock (every turn is
-  served), no reloaded token wasted, no reload given up except for a measured faster prefill
-  (`reload_admission.waiting_pays`), and no turn waits much longer than on a cold server: the
-  slowest takes at most ``BOUNDED`` times the slowest turn of a cold server given the same 8
-  prompts at once (that turn floored at ``COLD_FLOOR_S``) (the ratio is measured over 5 runs by ``saria-restart-turns --stress 8``,
-  docs/data/reload-stress.json; the issue's fair-share 2x is reported there against the median).
+- 1-4 concurrent sessions (2 and 3 in `make test-slow`), saria and stock HiCache `file` in the
+  same test: each session gets at least as many cached tokens from saria as from `file` (after a
+  restart device and host memory are empty, so every cached token of the turn came back from the
+  store in it: the sessions' shared system prompt is the storage hit of the session whose reload
+  read it and a device hit of the others), the sessions together at least as many storage-hit
+  tokens, no reloaded token is evicted before its request is admitted
+  (`sglang:saria_reload_tokens_wasted_total` 0), the outputs equal a cold server's (tolerance
+  oracle) and the KV audit is clean;
+- stress (`make test-slow`), 8 sessions (their histories are 5x the device pool): no deadlock
+  (every turn is served), no reloaded token wasted, no reload given up except for a measured
+  faster prefill (`reload_admission.waiting_pays`), and no turn waits much longer than on a cold
+  server: the slowest takes at most ``BOUNDED`` times the slowest turn of a cold server given the
+  same 8 prompts at once (that turn floored at ``COLD_FLOOR_S``) (the ratio is measured over 5
+  runs by ``saria-restart-turns --stress 8``, docs/data/reload-stress.json; the issue's
+  fair-share 2x is reported there against the median).
 """
 
 from __future__ import annotations
@@ -60,36 +62,40 @@ def _run(scratch: Path, backend: str, sessions: int) -> RestartRun:
     return restart_run(DEFAULT_MODEL, backend, sessions, 3, scratch, AUDIT_ENV if backend == "saria" else None)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], RestartRun]:
-    scratch = tmp_path_factory.mktemp("restart")
-    return {(backend, n): _run(scratch, backend, n) for n in (1, 2, 3, 4) for backend in BACKENDS}
+# The end points (one session, four at once) run in `make test`; two and three in `make test-slow`.
+SESSION_COUNTS = [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow), 4]
+
+
+@pytest.fixture(scope="module", params=SESSION_COUNTS, ids=lambda n: f"{n}-sessions")
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, RestartRun]:
+    """Both backends' restart runs with ``request.param`` concurrent sessions."""
+    scratch = tmp_path_factory.mktemp(f"restart-{request.param}")
+    return {backend: _run(scratch, backend, request.param) for backend in BACKENDS}
 
 
 def test_every_session_gets_at_least_what_file_brings_back(runs):
     print("\n" + table(list(runs.values())))
-    for n in (1, 2, 3, 4):
-        saria = {t.session: t for t in runs["saria", n].turns}
-        stock = {t.session: t for t in runs["file", n].turns}
-        assert set(saria) == set(stock) and len(saria) == n
-        for name, turn in saria.items():
-            assert turn.cached >= stock[name].cached, (n, name, turn.cached, stock[name].cached)
-            assert turn.storage > 0, (n, name)  # its own history came back from the store
-        assert sum(t.storage for t in saria.values()) >= sum(t.storage for t in stock.values()), n
-        assert runs["saria", n].metrics.get(WASTED, 0.0) == 0.0, n
+    saria = {t.session: t for t in runs["saria"].turns}
+    stock = {t.session: t for t in runs["file"].turns}
+    assert set(saria) == set(stock) and len(saria) == runs["saria"].sessions
+    for name, turn in saria.items():
+        assert turn.cached >= stock[name].cached, (name, turn.cached, stock[name].cached)
+        assert turn.storage > 0, name  # its own history came back from the store
+    assert sum(t.storage for t in saria.values()) >= sum(t.storage for t in stock.values())
+    assert runs["saria"].metrics.get(WASTED, 0.0) == 0.0
 
 
 def test_restart_outputs_equal_a_cold_servers(runs, tmp_path):
-    turns = [t for n in (1, 2, 3, 4) for t in runs["saria", n].turns]
+    turns = runs["saria"].turns
     for turn, cold in zip(turns, cold_traces(DEFAULT_MODEL, turns, tmp_path / "cold.log")):
         assert matches_cold(turn.trace, cold), turn.session
 
 
 def test_reloads_pass_the_kv_audit(runs):
-    for n in (1, 2, 3, 4):
-        assert_kv_audit_clean(runs["saria", n].metrics, ("ssd_to_device",))
+    assert_kv_audit_clean(runs["saria"].metrics, ("ssd_to_device",))
 
 
+@pytest.mark.slow
 def test_eight_sessions_no_deadlock_no_waste_fair_wait(tmp_path):
     # No KV audit here: its checks would be timed with the turns.
     run = restart_run(DEFAULT_MODEL, "saria", 8, 3, tmp_path)
