@@ -72,8 +72,8 @@ class AdmissionConfig:
     # auto: a write leaves its ancestors still in DRAM to their own eviction, where each is written because the
     # descendant's SSD copy needs it (mem_cache/sequencer.py); False: it closes over them at once
     auto_lazy_closure: bool = True
-    # auto on hybrid models: close lazily there too (writes still start at checkpoint nodes). Off: held out
-    # without hints it collapsed once at 2M, and the fleet records replay the hybrid eagerly (docs/admission.md)
+    # auto on hybrid models: close lazily there too (writes still start at checkpoint nodes). Off while the fleet
+    # records (docs/fleet.md) replay the hybrid eagerly: turning it on means replaying them (docs/admission.md)
     auto_lazy_hybrid: bool = False
     # SGLang driver: auto's learned state goes to a file beside the store at most this often (hicache/admission_state.py)
     auto_state_save_s: float = 60.0

@@ -21,7 +21,10 @@ alone while its parent has a copy (on a hybrid model only with ``lazy_hybrid``, 
 checkpoint nodes); the parent is written at its own eviction because the node's SSD copy needs it
 (``closure_forced``), so ancestors that stay in DRAM until the prefix is used again are never
 written; on a hybrid model drivers are then asked about every node, checkpoint or not
-(``write_floor``). Agents' hints come first (``hints.py``: an ended session's node is not written,
+(``write_floor``). A forced write completes a write decided within the credit, so the credit does
+not refuse it (``closure_past_credit`` counts those past it): refusing it would leave the
+descendant's SSD copy without its prefix, unusable, and the hits lost make more prefill, more
+evictions and more such writes. Agents' hints come first (``hints.py``: an ended session's node is not written,
 a returning one's is), except that a node its session left behind is refused after the policy
 decided, so a learning policy still counts it. The tiers are read through a ``TierView``.
 Promotion (which DRAM nodes a replica may displace) is decided in ``promotion.py``, with
@@ -49,6 +52,7 @@ class RuleStats:
     credit_refused: int = 0  # total writes would pass the computed content
     closure_deferred: int = 0  # lazy closure: writes that left their parent in DRAM for its own eviction
     closure_forced: int = 0  # lazy closure: nodes written at their eviction because a descendant's SSD copy needs them
+    closure_past_credit: int = 0  # forced writes the credit would have refused (made all the same)
 
 
 class WriteSequencer:
@@ -182,8 +186,10 @@ class WriteSequencer:
             if not self.admission.affords(extra):
                 return None
         if self.written_bytes + nbytes + extra > view.computed_bytes():
-            self.stats.credit_refused += 1
-            return None
+            if not forced:
+                self.stats.credit_refused += 1
+                return None
+            self.stats.closure_past_credit += 1
         return chain
 
     def _victim(self, view: TierView, key: Hashable) -> ContextNode | None:

@@ -163,6 +163,29 @@ def test_lazy_closure_forces_nothing_once_the_descendants_copy_is_gone():
     assert lazy.stats.closure_forced == 0 and p.decisions["cold"] == cold + 1
 
 
+class _SpentCredit(ChainView):
+    """The chain with 3 bytes of computed content: the credit for writes."""
+
+    def computed_bytes(self):
+        return 3
+
+
+def test_a_forced_ancestor_is_written_past_the_credit_a_decided_block_is_not():
+    view = _SpentCredit()
+    lazy = WriteSequencer(_hot_auto(lazy=True), "robust")
+    assert lazy.evict(view, 3, node(1, 0, 10_000.0 - 100)) == [3]
+    view.on_ssd.add(3)
+    lazy.written(AdmissionEvent.EVICT, 3)  # block 3's write used the whole credit
+    # block 2 completes block 3's write: without it block 3's SSD copy has no prefix
+    assert lazy.evict(view, 2, node(0, 0, 10_000.0)) == [2]
+    assert lazy.stats.closure_forced == 1 and lazy.stats.closure_past_credit == 1 and lazy.stats.credit_refused == 0
+    view.on_ssd.add(2)
+    lazy.written(AdmissionEvent.EVICT, 1)
+    hot = WriteSequencer(_hot_auto(lazy=True), "robust")  # a decided write past the credit is refused
+    hot.written(AdmissionEvent.EVICT, 3)
+    assert hot.evict(view, 1, node(1, 0, 10_000.0 - 100)) is None and hot.stats.credit_refused == 1
+
+
 class _HybridChain(ChainView):
     """Blocks 1 <- 2 <- 3 of a hybrid model: only block 3 carries a state checkpoint."""
 
