@@ -63,6 +63,7 @@ class Runs:
     restarted: dict[str, float]
     p_back: dict  # P's request once it was admitted and evicted after the restart
     after_restart: IndexState
+    before_windowed: IndexState  # the index just before the third server starts
     windowed: dict[str, float]
     after_windowed: IndexState
 
@@ -91,9 +92,11 @@ def runs(start_server, tmp_path_factory) -> Runs:
     stopped = time.monotonic()
     after_restart = read_index(store)
     time.sleep(max(0.0, WINDOW_S + 0.5 - (time.monotonic() - stopped)))  # every row older than the window
+    before_windowed = read_index(store)
     with start_server(args(store, window_s=WINDOW_S)) as server:
         windowed = saria_metrics(server.metrics())
-    return Runs(first, after_first, at_start, restarted, p_back, after_restart, windowed, read_index(store))
+    return Runs(first, after_first, at_start, restarted, p_back, after_restart, before_windowed, windowed,
+                read_index(store))
 
 
 def test_page_evicted_once_is_not_admitted_and_its_counters_are_kept_in_the_store(runs):
@@ -125,6 +128,7 @@ def test_restarted_server_admits_the_page_at_its_second_eviction(runs):
 
 
 def test_counters_older_than_the_metadata_window_are_dropped_at_start(runs):
+    assert runs.before_windowed.counters == runs.after_restart.counters  # still there when the third server starts
     assert runs.windowed.get("sglang:saria_counters_restored_total", 0) == 0
     assert runs.windowed["sglang:saria_counters_expired_total"] == len(runs.after_restart.counters) > 0
     assert runs.after_windowed.counters == {}
