@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -82,7 +83,21 @@ BIND_ERROR = "error while attempting to bind on address"
 PORT_ATTEMPTS = 3
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, below the kernel's ephemeral range where it says what that is: outgoing
+    connections take their source ports from that range, and one may take a port picked there in
+    the seconds before the server binds it. Else (or if none is free there) one the kernel assigns."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    if low > 2048:
+        for port in random.sample(range(max(1025, low - 12_000), low), 32):
+            if not port_in_use(port, host):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
@@ -159,6 +174,9 @@ class SGLangServer:
         self.port = config.port or free_port(config.host)
         self.process: subprocess.Popen | None = None
         self.log_path = config.log_path or Path(f"/tmp/saria-sglang-{self.port}.log")
+        # logs of starts that lost their port (a server that starts again on another port ran its
+        # start-up, store included, once before: what it logged then is kept here)
+        self.earlier_logs: list[Path] = []
 
     @property
     def url(self) -> str:
@@ -186,6 +204,9 @@ class SGLangServer:
                 # Another process bound the free port we picked while the server was starting.
                 if self.config.port is not None or attempt == PORT_ATTEMPTS - 1:
                     raise
+                earlier = self.log_path.with_name(f"{self.log_path.name}.start{attempt + 1}")
+                self.log_path.replace(earlier)
+                self.earlier_logs.append(earlier)
                 self.port = free_port(self.config.host)
         raise AssertionError("unreachable")
 
