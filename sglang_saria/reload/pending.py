@@ -23,6 +23,7 @@ the stored pages past them.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Optional, Protocol
 
@@ -40,6 +41,8 @@ from sglang_saria.mem_cache.reload_admission import (
 )
 from sglang_saria.reload.device import StateLoad
 from sglang_saria.reload.worker import ReloadJob
+
+logger = logging.getLogger(__name__)
 
 # Job reasons that are no store status (the others are reported as ``store_<status>``).
 _OWN_REASONS = frozenset({"stopped", "peer_rank", "worker_error"})
@@ -316,6 +319,11 @@ class PendingReloads:
                         return demand
                     held_back = held_back or demand
                     continue
+                logger.warning(
+                    "saria: reload of request %s waited out its memory deadline (transfer.reload_hold_s): its claim "
+                    "%d + need %d, requests ahead %d, holders %s, scheduler stalled %s; its request recomputes",
+                    rid, demand.tokens, demand.need, demand.ahead, self.holders.needs, stalled,
+                )
                 self._recompute(demand, "device_memory")
                 continue
             self.deferred.remove(rid)
