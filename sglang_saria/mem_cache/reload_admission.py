@@ -34,7 +34,8 @@ admitted with what is left), so no wait is unbounded. Device memory that reloads
 lock (a follower's path, resumed on another reload's published pages) is outside the rule: a
 reload held back for it waits behind them, so when the scheduler stalls the SGLang driver lets
 the reloads behind it claim (`reload/pending.py::PendingReloads.start_deferred`), and gives up
-those that lock a path when none of them fits either (`_break_hold_and_wait`).
+those that lock a path when none of them fits either, or the first one when none locks a path
+(`_break_hold_and_wait`).
 
 **Order.** When the room is short, reloads claim in SGLang's queue order (the request admitted
 first is the one whose reload is used first; a later one's held tail would wait behind it),

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 _OWN_REASONS = frozenset({"stopped", "peer_rank", "worker_error"})
 
 # How long (step clock) a stall with no claim lasts before the reloads behind the first one held
-# back give their locked paths up (`PendingReloads._break_hold_and_wait`): longer than the one
+# back give their locked paths up, or the first one gives up (`PendingReloads._break_hold_and_wait`): longer than the one
 # step between a prefill batch and its merge into the running batch (the overlap scheduler),
 # which the stall check cannot tell from an idle scheduler.
 HOLD_AND_WAIT_S = 1.0
@@ -281,7 +281,8 @@ class PendingReloads:
         to be slower than computing its tokens (`reload_admission.waiting_pays`: its request is
         served sooner recomputing), else it waits until its deadline or memory deadline,
         whichever is later, then its request recomputes (`device_memory`). Stalled passes that
-        claim nothing for `HOLD_AND_WAIT_S` break a hold and wait (`_break_hold_and_wait`).
+        claim nothing for `HOLD_AND_WAIT_S` break a hold and wait, or give the first one up
+        (`_break_hold_and_wait`).
         Returns the demand of the first reload the rule holds back (None: none is).
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
         held_back = self._claim_deferred(cap, wait, stalled)
@@ -342,9 +343,14 @@ class PendingReloads:
         while none of them fits either. Those reloads are given up (`stalled`): their requests
         are admitted with the device prefix they match (unlocked now, so evictable) and compute
         the rest. They stay out of the ledger: behind ``first`` in the queue, their need must
-        not hold it back."""
-        for rid in [rid for rid in self.deferred if rid != first.rid and self.by_rid[rid].anchor_lock is not None]:
+        not hold it back. When none of them locks a path, only ``first``'s memory deadline would
+        end the stall (30 s of an idle scheduler): ``first`` is given up instead (`stalled`), its
+        request recomputing, as at that deadline."""
+        lockers = [rid for rid in self.deferred if rid != first.rid and self.by_rid[rid].anchor_lock is not None]
+        for rid in lockers:
             self._give_up(rid, "stalled")
+        if not lockers:
+            self._recompute(first, "stalled")
 
     def _recompute(self, demand: ReloadDemand, reason: str) -> None:
         """A reload the rule held back is given up: its request now needs the reload's tokens

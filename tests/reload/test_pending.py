@@ -223,8 +223,9 @@ def test_a_reload_the_pool_cannot_take_waits_until_its_deadline_then_recomputes(
 
 
 def test_a_stalled_scheduler_lets_reloads_behind_one_held_back_claim(machine):
-    """Nothing runs and nothing reads: the first reload the rule holds back waits only for a
-    deadline, while one behind it may hold what it waits for (a follower's locked path)."""
+    """Nothing runs and nothing reads: the first reload the rule holds back waits for nothing
+    but a deadline (or `HOLD_AND_WAIT_S`), while one behind it may hold what it waits for (a
+    follower's locked path)."""
     reloads, host, metrics = machine
     host.free = 12
     reloads.track(pending("a", 4))  # 16 tokens: more than the pool has now
@@ -263,6 +264,27 @@ def test_a_stall_no_claim_ends_gives_up_the_locked_reloads_behind_the_first(mach
     host.clock = 4.5
     reloads.start_deferred(cap=1000, stalled=True)
     assert metrics.fallbacks == ["stalled", "stalled"]
+
+
+def test_a_stall_nothing_behind_can_break_gives_up_the_first_reload_held_back(machine):
+    """No reload behind the first one locks a path, and no claim ends the stall: after
+    `HOLD_AND_WAIT_S` the first one is given up (`stalled`), not left to its 30 s memory
+    deadline; its request recomputes and stays in the ledger (ahead of those behind it) until
+    its prefill; the one behind it keeps its reload."""
+    reloads, host, metrics = machine
+    host.free = 12
+    reloads.track(pending("a", 4))  # 16 tokens: more than the pool has now
+    reloads.track(pending("b", 4))
+    host.clock = 1.0
+    assert reloads.start_deferred(cap=1000, stalled=True).rid == "a"
+    host.clock = 1.5
+    reloads.start_deferred(cap=1000, stalled=True)
+    assert metrics.fallbacks == [] and reloads.deferred == ["a", "b"]
+    host.clock = 2.0
+    reloads.start_deferred(cap=1000, stalled=True)
+    assert metrics.fallbacks == ["stalled"] and host.unlocked == ["a"]
+    assert reloads.deferred == ["b"] and reloads.holders.needs == {"a": 1 + 16}
+    assert host.submitted == []
 
 
 def test_best_effort_cuts_every_reload_at_its_first_step(machine):
