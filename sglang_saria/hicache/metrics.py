@@ -26,7 +26,7 @@ class SariaServingMetrics:
     def _tier_counters(self, Counter: type) -> None:
         """Admissions, host evictions, reloads, promotions: what moved between the tiers."""
         self._admitted = Counter(
-            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event", ["event"]
+            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event (state: a hybrid node's GDN state written beside its stored pages)", ["event"]
         )
         self._host_evictions = Counter(
             "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"
@@ -34,7 +34,8 @@ class SariaServingMetrics:
         self._host_reclaims = Counter(
             "sglang:saria_host_reclaims_total",
             "Host leaf reclaims asked of the admission gate, by what the store held then (event): stored (written "
-            "before: prewrite, insert, reuse), in_flight, deferred (write-before-reclaim started, reclaim postponed), "
+            "before: prewrite, insert, reuse), in_flight, deferred (write-before-reclaim started, reclaim postponed; "
+            "also a hybrid node's GDN state the store lacks beside its stored pages), "
             "after_write (the postponed reclaim), dropped (no SSD copy)",
             ["event"],
         )

@@ -62,6 +62,7 @@ class EvictionStats:
 
     host_evictions: int = 0
     deferred_evictions: int = 0  # reclaims postponed behind a write-before-reclaim
+    state_writes: int = 0  # of which: a GDN state written beside pages the store held (``_write_state``)
 
 
 class SariaHiCachePolicy:
@@ -79,13 +80,17 @@ class SariaHiCachePolicy:
         on_ssd_read: Callable[[Sequence[str]], None] | None = None,
         on_ssd_demote: Callable[[Sequence[str]], None] | None = None,
         ssd_victim_page: Callable[[int], str | None] | None = None,
+        state_on_ssd: Callable[[str], bool] | None = None,
+        state_bytes: int = 0,
     ) -> None:
         """``on_ssd(page hash)`` and ``clock()``: the SSD view and the clock every decision reads (with
         several ranks, their agreed ones: ``rank_agreement.py``); ``on_ssd_read(hashes)``: told the
         pages an SSD reload read (the store's victim order); ``on_ssd_demote(hashes)``: told an ended
         session's pages (agents' hints: the store's first victims); ``hybrid``: writes start at nodes
         holding a Mamba checkpoint; ``ssd_victim_page(nbytes)``: the page the store would evict first
-        for a write of ``nbytes`` (None: room), for policies that compare a write with its victim (``auto``)."""
+        for a write of ``nbytes`` (None: room), for policies that compare a write with its victim (``auto``); ``state_on_ssd(page hash)``: whether the
+        store holds that page's GDN state sidecar (``state_bytes`` each; None: never asked, a node whose
+        last page is stored counts as stored whole)."""
         self.config = config
         # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
         self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
@@ -105,6 +110,8 @@ class SariaHiCachePolicy:
         self._metrics = SariaServingMetrics.get()
         self.on_ssd_read = on_ssd_read
         self.on_ssd_demote = on_ssd_demote
+        self.state_on_ssd = state_on_ssd
+        self.state_bytes = state_bytes
 
     @property
     def on_ssd(self) -> Callable[[str], bool]:
@@ -306,10 +313,31 @@ class SariaHiCachePolicy:
                 return False, [n.id for n in chain]
             gate = "dropped"
         else:  # written before its reclaim asked (prewrite, insert, reuse), or still being written
-            gate = "stored" if self.on_ssd(last) else "in_flight"
+            stored = self.on_ssd(last)
+            if stored and self._state_unstored(node, last):
+                return self._write_state(node, last)
+            gate = "stored" if stored else "in_flight"
         self._metrics.host_reclaim(gate)
         self._count_eviction(hashes)
         return True, []
+
+    def _state_unstored(self, node: Any, last: str) -> bool:
+        """A hybrid host leaf holds a GDN state the store lacks beside its stored pages: the state was
+        placed after they were written (a node split at a later request's end, its pages written
+        with the longer node)."""
+        return self.state_on_ssd is not None and self.view.has_checkpoint(node) and not self.state_on_ssd(last)
+
+    def _write_state(self, node: Any, last: str) -> tuple[bool, list[int]]:
+        """Write-before-reclaim of the node's state alone (its pages are touches in the store), asked of
+        no admission: the pages were admitted, and the state is what lets a later hit end at this
+        node instead of an earlier stored state (the replay's ``SariaCore._write_state``)."""
+        self._deferred.add(last)
+        self.sequencer.written(AdmissionEvent.EVICT, self.state_bytes)
+        self.stats.deferred_evictions += 1
+        self.stats.state_writes += 1
+        self._metrics.admitted("state")
+        self._metrics.host_reclaim("deferred")
+        return False, [node.id]
 
     def may_displace(self, promotion: PromotionController, leaf: Any) -> bool:
         """Whether a promotion may displace this host leaf (``promotion.py``'s rule, as in the replay)."""

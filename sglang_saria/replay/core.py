@@ -47,7 +47,8 @@ class Actions:
     dram_evictions: list[int] = field(default_factory=list)  # reclaim the node's DRAM copy
     ssd_evictions: list[int] = field(default_factory=list)  # delete the node's SSD copy
     promotions: list[int] = field(default_factory=list)  # copy SSD-hit node GPU -> DRAM after prefill
-    ssd_write_bytes: int = 0  # of ``ssd_writes``: the drive bandwidth the driver charges
+    state_writes: list[int] = field(default_factory=list)  # persist only the node's GDN state DRAM -> SSD
+    ssd_write_bytes: int = 0  # of ``ssd_writes`` and ``state_writes``: the drive bandwidth the driver charges
     promotion_bytes: int = 0  # of ``promotions``: the DRAM bandwidth the driver charges
 
 
@@ -62,6 +63,7 @@ class CoreStats(RuleStats):
     evict_writes: int = 0
     insert_writes: int = 0
     closure_writes: int = 0  # ancestors written with a qualifying node so its prefix is reusable (robust rule)
+    state_writes: int = 0  # GDN states written beside an FA block already on SSD (``_write_state``)
     ssd_evicted_unread: int = 0  # SSD copies evicted before any read
     ssd_hit_requests: int = 0  # requests whose plan reads a block from SSD
     dram_after_ssd_requests: int = 0  # of those, plans reading a block from DRAM after one from SSD ("flat" DRAM only)
@@ -452,21 +454,10 @@ class SariaCore:
         tokens, nbytes = self._size(node)
         if tokens > ssd.capacity_tokens:
             return False
+        if not self._make_ssd_room(tokens, pinned, acts):
+            return False
         nodes = self.metadata.nodes
         seq = self.sequencer
-        while ssd.free_tokens < tokens:
-            victim = self.ssd_order.victim(pinned)
-            if victim is None:
-                return False
-            vn = nodes[victim]
-            if ssd.unread(victim):
-                self.stats.ssd_evicted_unread += 1
-            seq.ssd_lost(vn)
-            ssd.remove(victim)
-            vn.fa_loc &= ~SSD
-            if vn.ck_loc >= 0:
-                vn.ck_loc &= ~SSD
-            acts.ssd_evictions.append(victim)
         if self.on_write is not None:
             pn = nodes.get(node.parent)
             self.on_write(key, node, event, pn is not None and bool(pn.fa_loc & SSD))
@@ -481,6 +472,26 @@ class SariaCore:
             self._floors.clear()  # the write may have moved the thresholds
         counter = _WRITES_BY_EVENT[event]
         setattr(self.stats, counter, getattr(self.stats, counter) + 1)
+        return True
+
+    def _make_ssd_room(self, tokens: int, pinned: Collection[int], acts: Actions) -> bool:
+        """Evict SSD copies from the victim order's end until ``tokens`` are free; False when only
+        ``pinned`` copies are left (some may have gone already)."""
+        ssd = self.ssd
+        nodes = self.metadata.nodes
+        while ssd.free_tokens < tokens:
+            victim = self.ssd_order.victim(pinned)
+            if victim is None:
+                return False
+            vn = nodes[victim]
+            if ssd.unread(victim):
+                self.stats.ssd_evicted_unread += 1
+            self.sequencer.ssd_lost(vn)
+            ssd.remove(victim)
+            vn.fa_loc &= ~SSD
+            if vn.ck_loc >= 0:
+                vn.ck_loc &= ~SSD
+            acts.ssd_evictions.append(victim)
         return True
 
     def _evict_dram(self, need_tokens: int, acts: Actions, need_state: bool = False,
@@ -505,12 +516,15 @@ class SariaCore:
 
     def _reclaim_dram(self, key: int, node: ContextNode, acts: Actions) -> None:
         """Evict ``key`` from DRAM: admission decides on a write first if it is not on SSD (the
-        sequencer's floor asked inline), then its DRAM copy goes."""
+        sequencer's floor asked inline), then its DRAM copy goes. A node on SSD whose GDN state only
+        DRAM holds has that state written first (``_write_state``)."""
         chain = None
         if not node.fa_loc & SSD:
             r_min, e_min, ck_min = self._floors.get(_EVICT) or self._write_floor(_EVICT)
             if (node.R >= r_min or node.E >= e_min) and node.ck_loc >= ck_min:
                 chain = self.sequencer.evict(self.view, key, node, self._hbm)
+        elif node.ck_loc > 0 and node.ck_loc & (DRAM | SSD) == DRAM:
+            self._write_state(key, node, acts)
         node.E += 1
         if chain:
             self._execute(chain, _EVICT, acts)
@@ -520,6 +534,24 @@ class SariaCore:
             node.ck_loc &= ~DRAM
         acts.dram_evictions.append(key)
         self.stats.dram_evictions += 1
+
+    def _write_state(self, key: int, node: ContextNode, acts: Actions) -> None:
+        """Write the GDN state of a node whose FA block SSD already holds without it (the state was placed
+        after the block was written, ``_keep_states``) as the node leaves DRAM. Admission is not asked:
+        it admitted the block, and the block's state is what lets a later hit end there instead of at
+        an earlier stored state. Only the state's bytes are written; without SSD room (only pinned
+        victims) the state is lost, as any write that finds no room."""
+        ssd = self.ssd
+        if not self._make_ssd_room(self.ckpt_tokens, {key}, acts):
+            return
+        ssd.grow(key, self.ckpt_tokens, self.ckpt_bytes)
+        node.ck_loc |= SSD
+        acts.state_writes.append(key)
+        acts.ssd_write_bytes += self.ckpt_bytes
+        self.sequencer.written(_EVICT, self.ckpt_bytes)
+        if self.admission.retunes_on_write:
+            self._floors.clear()
+        self.stats.state_writes += 1
 
     def _promote(self, keys: list[int], plan: ReloadPlan, now: float, acts: Actions,
                  pinned: Container[int] | None = None) -> None:

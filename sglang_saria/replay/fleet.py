@@ -99,8 +99,8 @@ class FleetNode(ReplayRun):
     fleet: "FleetRun"
 
     def charge(self, acts: Actions, t: float) -> None:
-        if acts.ssd_writes:
-            self.fleet.charge_sessions(acts, self.core.ssd)
+        if acts.ssd_writes or acts.state_writes:
+            self.fleet.charge_sessions(acts, self.core.ssd, self.core.ckpt_bytes)
         super().charge(acts, t)
 
     def compute_done(self, rid: int, t: float) -> None:
@@ -161,14 +161,18 @@ class FleetRun:
         self.key_owner = owner
         self.session_writes = np.zeros(len(sessions), dtype=np.int64)  # SSD bytes written per session, any node
 
-    def charge_sessions(self, acts: Actions, ssd: Tier) -> None:
+    def charge_sessions(self, acts: Actions, ssd: Tier, state_bytes: int) -> None:
         """Charges ``acts``' SSD writes to their blocks' sessions (a block written and evicted within the
-        same call: an equal share of the bytes the resident ones leave)."""
+        same call: an equal share of the bytes the resident ones leave; a state write: ``state_bytes``)."""
         keys = acts.ssd_writes
         sizes = [ssd.size_of(k)[1] if k in ssd else -1 for k in keys]
         gone = sizes.count(-1)
-        rest = (acts.ssd_write_bytes - sum(x for x in sizes if x >= 0)) // gone if gone else 0
+        states = acts.state_writes
+        left = acts.ssd_write_bytes - state_bytes * len(states) - sum(x for x in sizes if x >= 0)
+        rest = left // gone if gone else 0
         np.add.at(self.session_writes, self.key_owner[keys], [x if x >= 0 else rest for x in sizes])
+        if states:
+            np.add.at(self.session_writes, self.key_owner[states], state_bytes)
 
     def route(self, sid: int, ridx: int, t: float) -> None:
         """The client issues a request: the router picks its node, the node admits or queues it."""

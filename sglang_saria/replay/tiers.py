@@ -78,6 +78,18 @@ class Tier:
         self.bytes_written += nbytes
         self._unread[key] = nbytes
 
+    def grow(self, key: int, tokens: int, nbytes: int) -> None:
+        """Resident ``key`` gains an object of ``tokens`` / ``nbytes`` (a GDN state written beside its FA
+        block; caller has made room): counted as written, and a touch of the copy, as a rewrite is."""
+        size_tokens, size_bytes = self._entries[key]
+        if self.used_tokens + tokens > self.capacity_tokens:
+            raise ValueError(f"{self.name}: growing {key} by {tokens} tokens exceeds free {self.free_tokens}")
+        self._entries[key] = (size_tokens + tokens, size_bytes + nbytes)
+        self.used_tokens += tokens
+        self.eviction.access(key)
+        self.bytes_written += nbytes
+        self._unread[key] = self._unread.get(key, 0) + nbytes
+
     def remove(self, key: int, evicted: bool = True) -> None:
         self.used_tokens -= self._entries.pop(key)[0]
         self._states.discard(key)

@@ -25,7 +25,8 @@ from sglang.srt.mem_cache.utils import get_storage_hash_str
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.backend import SariaStorage
-from sglang_saria.launcher import cached_tokens, saria_hicache_args
+from sglang_saria.launcher import (AUDIT_ENV, assert_kv_audit_clean, assert_matches_cold, cached_tokens,
+                                   saria_hicache_args, saria_metrics)
 from sglang_saria.mem_cache.metadata import NO_CHECKPOINT, SSD
 from sglang_saria.model_specs import get_model_spec
 from sglang_saria.replay.core import SariaCore
@@ -35,10 +36,12 @@ pytestmark = pytest.mark.e2e
 
 PAGE = 16
 CHUNK = 128
-SERVER_ARGS = [
+PLACEMENT_ARGS = [
     "--mamba-radix-cache-strategy", "extra_buffer",
     "--mamba-track-interval", "64",
     "--chunked-prefill-size", str(CHUNK),
+]
+SERVER_ARGS = PLACEMENT_ARGS + [
     "--max-total-tokens", "4096",  # nothing leaves the device: every state stays in the tree
     "--max-mamba-cache-size", "64",
 ]
@@ -143,3 +146,33 @@ def test_replay_places_states_where_the_server_keeps_them(start_hybrid_server, t
     # States reach the store with their node's page: a branching state on a page stored before
     # (B's at 192, A's page) stays in host memory, in the replay as on the server.
     assert depths(stored_state_hashes(store)) == replay_stored == {"A": [128, 256], "B": [128, 256], "C": [128, 256, 384]}
+
+
+@pytest.mark.slow
+def test_a_branching_state_on_stored_pages_is_stored_when_its_node_leaves_host_memory(
+        start_hybrid_server, cold_hybrid_run, tmp_path):
+    """B's branching state at 192 sits on A's pages, stored with A's node before the state existed.
+    Fillers push the session out of the device and host pools (512 and 1,024 tokens): at the
+    node's host eviction the state alone is written (the pages are touches in the store). A
+    request sharing A's first 192 tokens then reloads all 192 from storage, with the cold run's
+    tokens and a clean KV audit; lost, the state would leave it the 128 of A's first state."""
+    store = tmp_path / "store"
+    extra = {"data_dirs": [str(store)], "admission": "full-duplicate", "capacity": "64MiB"}
+    d = A[:192] + [(17 * j) % 900 + 40 for j in range(100)]
+    fillers = [[(k * 300 + j) % 1000 + 5 for j in range(300)] for k in range(1, 6)]
+    with start_hybrid_server(PLACEMENT_ARGS + saria_hicache_args(extra), env=AUDIT_ENV) as server:
+        for tokens in (A, B):
+            server.generate(tokens, max_new_tokens=1)
+            server.wait_storage_writes()
+        assert depths(stored_state_hashes(store))["B"] == [128], "B's branching state is not stored yet"
+        for prompt in fillers:
+            server.generate(prompt, max_new_tokens=1)
+            server.wait_storage_writes()
+        result = server.generate(d)
+        server.wait_storage_writes()
+        metrics = saria_metrics(server.metrics())
+    assert depths(stored_state_hashes(store))["B"] == [128, 192]
+    assert cached_tokens(result) == {"device": 0, "host": 0, "storage": 192}
+    assert_matches_cold(result, cold_hybrid_run(d), "the request resuming at the branching state")
+    assert metrics["sglang:saria_ssd_admissions_total/state"] >= 1
+    assert_kv_audit_clean(metrics, ("ssd_to_device",))

@@ -8,10 +8,11 @@ reclaim, R counts a request once, and the reuse path fires when R reaches theta_
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.policy import SariaHiCachePolicy
-from sglang_saria.hicache.tree_view import page_key
+from sglang_saria.hicache.tree_view import MAMBA, page_key
 from sglang_saria.replay.metrics import peak_window_bytes
 
 
@@ -255,3 +256,36 @@ def test_stored_pages_reaching_host_are_counted_once_and_not_rewritten():
     assert counters(policy, PAGES[0]) == (0, 1), "the reloads counted it; its promotion does not"
     assert policy.metadata.get(page_key(PAGES[1])) is not None, "the recomputed page has counters"
     assert policy.admission.admitted.get("insert", 0) == 0
+
+
+@dataclass(eq=False)
+class HybridNode(Node):
+    """A hybrid node: its Mamba component's host value is its GDN state in host memory."""
+
+    component_data: dict = field(default_factory=dict)
+
+
+def test_a_state_the_store_lacks_beside_stored_pages_is_written_before_the_reclaim():
+    """The node's pages are stored (written with a longer node) but its GDN state, placed later, is
+    not: the node is written before its reclaim (the store touches the pages, writes the state),
+    asked of no admission; its next ask reclaims it, stored or not (a failed write never pins it)."""
+    stored, states = set(PAGES), set()
+    config = SariaConfig.from_dict({"admission": {"policy": "eviction:E3"}})
+    policy = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, clock=lambda: 100.0, hybrid=True,
+                                state_on_ssd=states.__contains__, state_bytes=4096)
+    node = HybridNode(1, PAGES, None, component_data={MAMBA: SimpleNamespace(host_value=object())})
+    policy.on_host_insert(Tree({1: node}), 1)
+    written = policy.sequencer.written_bytes
+    assert policy.on_host_evict(node) == (False, [1])
+    assert policy.sequencer.written_bytes - written == 4096 and policy.stats.state_writes == 1
+    assert evict(policy, node), "asked again after the write: reclaimed"
+    states.add(PAGES[-1])
+    assert evict(policy, node), "the state is stored: nothing to write"
+    node.component_data[MAMBA].host_value = None
+    states.clear()
+    assert evict(policy, node), "no state in host memory: nothing to write"
+    blind = SariaHiCachePolicy(config, page_size=16, on_ssd=stored.__contains__, clock=lambda: 100.0, hybrid=True)
+    node.component_data[MAMBA].host_value = object()
+    blind.on_host_insert(Tree({1: node}), 1)
+    assert evict(blind, node), "without a sidecar probe (several ranks) stored pages count as the node stored"
+    assert policy.stats.state_writes == 1

@@ -189,6 +189,29 @@ def test_sglang_a_branching_point_in_a_later_chunk_replaces_that_chunk_end():
     assert _checkpoints(core, b) == [47, 79, 111]
 
 
+def test_sglang_a_branching_state_on_a_stored_block_is_written_when_the_block_leaves_dram():
+    """Full duplicate stores A's blocks, only block 32 with a state. B's branching point puts a state
+    on block 16, which SSD holds without one. When block 16 leaves DRAM, its state alone is written
+    (its bytes counted, no admission asked), so a later hit can end on it from SSD."""
+    core = make_core("full-duplicate", dram_blocks=40, ssd_blocks=200, hybrid=True, checkpoint_placement="sglang")
+    a = list(range(1, 41))
+    run_request(core, a, 0.0)
+    run_request(core, list(range(1000, 1040)), 1.0)  # A leaves DRAM: on SSD only
+    b = a[:24] + list(range(100, 121))
+    plan, _, _ = run_request(core, b, 2.0)
+    node = core.metadata.nodes[16]
+    assert (plan.n_blocks, plan.fa_blocks) == (0, 24) and (node.fa_loc, node.ck_loc) == (DRAM | SSD, DRAM)
+    assert core.ssd.size_of(16) == core._sizes[False]  # SSD's copy has no state
+    written = core.ssd.bytes_written
+    acts = [a for t, first in ((3.0, 2000), (4.0, 3000)) for a in run_request(core, list(range(first, first + 40)), t)[1:]]
+    assert [k for a in acts for k in a.state_writes] == [16] and core.stats.state_writes == 1
+    assert (node.fa_loc, node.ck_loc) == (SSD, SSD) and core.ssd.size_of(16) == core._sizes[True]
+    blocks = sum(core.ssd.size_of(k)[1] for a in acts for k in a.ssd_writes)  # the fillers' blocks, all held
+    assert core.ssd.bytes_written - written == sum(a.ssd_write_bytes for a in acts) == blocks + core.ckpt_bytes
+    plan, _, _ = run_request(core, a[:16] + list(range(200, 240)), 5.0)
+    assert plan.n_blocks == 16 and plan.uses_ssd
+
+
 def test_placement_prefill_chunk_must_hold_a_grid_step():
     with pytest.raises(ConfigError, match="metadata.prefill_chunk_tokens"):
         MetadataConfig(block_tokens=16, prefill_chunk_tokens=32).validate()
