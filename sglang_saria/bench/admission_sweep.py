@@ -15,6 +15,7 @@ dominate it): its writes check is unmet and the row says so.
     saria-admission-sweep run --workload weka:176-360 --models qwen3-8b --loads 6500 --json out.json
     saria-admission-sweep render out.json          # the Markdown tables of docs/admission.md
     saria-admission-sweep timing --repeats 3       # auto / loadaware vs eviction:E2 on the 350 WEKA sessions
+    saria-admission-sweep perturb --workload weka:176-360 --ssd-tokens 2000000 --json out.json  # the load's spread
 
 ``--variant auto@auto_odds=0.5`` adds a row of a policy with one constant changed (the halved and
 doubled constants of ``docs/admission.md``).
@@ -48,6 +49,8 @@ _PLACEMENT_HELP = "a hybrid model's GDN states: where SGLang 0.5.23 keeps them (
 CHAR_SLACK = 0.02
 TIME_BOUND = 1.2  # issue 37: the 350-session replay with `auto` takes <= this x `eviction:E2`'s time
 POLICIES = ("none", "full-duplicate", "eviction:E2", "eviction:E3", "auto", "loadaware", "oracle")
+PERTURB_FACTORS = (0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03)
+PERTURB_POLICIES = ("full-duplicate", "eviction:E2", "auto", "auto@hints=end")
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
 
 
@@ -154,6 +157,31 @@ def run_setting(s: Setting, policies: list[str], variants: list[str], shares: li
             "placement": placement_of(s.model, s.placement), "frontier": frontier, "frontier_s": time.perf_counter() - t0, "rows": rows}
 
 
+def perturb(s: Setting, policies: list[str], factors: list[float]) -> dict:
+    """Each policy replayed at the setting's prefill rate times each factor, on the same requests (only
+    the modelled GPU's speed moves): how far CHAR and writes move for a load a few percent off. Near the
+    GPU's saturation the replay is bistable (a few more misses lengthen the queue, sessions' gaps in
+    service time grow, hits fall further), so one replay there draws one basin; the spread says what a
+    check at that setting decides. Raw records."""
+    spec, sessions, settings, starts, base = _replay_inputs(s)
+    rows = []
+    for text in policies:
+        policy, changes = parse_variant(text)
+        hints = changes.pop("hints", "none")
+        cfg = replace(base, admission=AdmissionConfig(policy=policy, **changes)).validate()
+        runs = []
+        for f in factors:
+            m = replay(sessions, starts, cfg, spec,
+                       replace(settings, prefill_tokens_per_s=s.prefill_tps * f, hints=hints)).metrics
+            runs.append({"policy": text, "factor": f, "writes_norm": m["ssd_writes_norm"], "char": m["char"],
+                         "queue_mean_s": m["queue_mean_s"], "requests": m["requests"], "request_set": m["request_set"]})
+        rows.append({"policy": policy, "variant": variant_text(changes, hints), "runs": same_requests(runs)})
+    same_requests([r for row in rows for r in row["runs"]])
+    return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
+            "ssd_tokens": base.capacity.ssd_tokens, "placement": placement_of(s.model, s.placement),
+            "factors": list(factors), "rows": rows}
+
+
 def placement_of(model: str, placement: str) -> str | None:
     """What a record says of its GDN states: the placement on a hybrid model, None on an FA model
     (it has no states, so the setting changes nothing)."""
@@ -236,6 +264,21 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
                            *(x for k in ("runs", "cpu_runs")
                              for x in (f"{med[k][p]:.2f}", f"{med[k][p] / med[k]['eviction:E2']:.2f}x"))]
                           for p in t["runs"]])]
+    if doc.get("perturb"):
+        pert_rows = []
+        for p in doc["perturb"]:
+            for r in p["rows"]:
+                char = [x["char"] for x in r["runs"]]
+                writes = [x["writes_norm"] for x in r["runs"]]
+                queue = [x["queue_mean_s"] for x in r["runs"]]
+                pert_rows.append([p["workload"], p["model"], f"{p['prefill_tps']:,.0f}", ssd(p), _label(r),
+                                  f"{min(p['factors']):.2f}-{max(p['factors']):.2f}", str(len(r["runs"])),
+                                  f"{min(char):.3f}", f"{statistics.median(char):.3f}", f"{max(char):.3f}",
+                                  f"{min(writes):.2f}", f"{statistics.median(writes):.2f}", f"{max(writes):.2f}",
+                                  f"{min(queue):.1f}-{max(queue):.1f}"])
+        out += ["", "### The same requests at a load a few percent off", "",
+                md_table(["workload", "model", "tok/s", "SSD", "policy", "load factor", "runs", "CHAR min", "CHAR median",
+                          "CHAR max", "W/C min", "W/C median", "W/C max", "mean queue s"], pert_rows)]
     return "\n".join(out) + "\n"
 
 
@@ -371,6 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--policies", default="eviction:E2,auto,loadaware")
     t.add_argument("--repeats", type=int, default=3)
     t.add_argument("--json", dest="json_path", required=True)
+    pt = sub.add_parser("perturb", help="policies at the setting's load times each factor (same requests), added to --json")
+    pt.add_argument("--workload", required=True)
+    pt.add_argument("--model", default="qwen3.5-9b")
+    pt.add_argument("--load", type=float, default=6500.0)
+    pt.add_argument("--ssd-tokens", type=int, default=0)
+    pt.add_argument("--policies", default=",".join(PERTURB_POLICIES))
+    pt.add_argument("--factors", default=",".join(f"{f:g}" for f in PERTURB_FACTORS))
+    pt.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang", help=_PLACEMENT_HELP)
+    pt.add_argument("--json", dest="json_path", required=True)
     args = p.parse_args(argv)
     if args.cmd == "render":
         tables = render(_load(args.json_path))
@@ -391,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
             if "timing" in part:
                 merged["timing"] = part["timing"]
             merged.setdefault("labels", []).extend(part.get("labels", []))
+            merged.setdefault("perturb", []).extend(part.get("perturb", []))
         _save(merged, args.out)
         return 0
     if args.cmd == "labels":
@@ -399,6 +452,20 @@ def main(argv: list[str] | None = None) -> int:
                      args.max_passes)
         doc["labels"] = [x for x in doc.get("labels", []) if (x["workload"], x["model"], x["prefill_tps"], x["ssd_tokens"])
                          != (rec["workload"], rec["model"], rec["prefill_tps"], rec["ssd_tokens"])] + [rec]
+        _save(doc, args.json_path)
+        sys.stdout.write(render(doc))
+        return 0
+    if args.cmd == "perturb":
+        factors = [float(f) for f in args.factors.split(",")]
+        if not factors or min(factors) <= 0:
+            p.error(f"--factors {args.factors}: need positive factors of --load")
+        for v in args.policies.split(","):
+            parse_variant(v)
+        doc = _load(args.json_path)
+        rec = perturb(Setting(args.workload, args.model, args.load, args.ssd_tokens, args.placement),
+                      args.policies.split(","), factors)
+        key = ("workload", "model", "prefill_tps", "ssd_tokens")
+        doc["perturb"] = [x for x in doc.get("perturb", []) if [x[k] for k in key] != [rec[k] for k in key]] + [rec]
         _save(doc, args.json_path)
         sys.stdout.write(render(doc))
         return 0

@@ -294,6 +294,25 @@ def prose_figures(doc: dict, tuning: dict) -> list[str]:
                f"{_span(_ratios(eager), '.2f')}x eagerly (synthetic {_span(_ratios(synthetic[LH]), '.2f')}x against "
                f"{_span(_ratios(synthetic['']), '.2f')}x), and its CHAR is within {CHAR_SLACK} of the best in "
                f"{met[LH]} of the {len(plain)} WEKA settings (eagerly {met['']})")
+    # the same requests at loads a few percent off (bistability at the hybrid's 2M, 6,500 tokens/s)
+    pt = {(p["model"], p["ssd_tokens"]): {(r["policy"], r["variant"]): r["runs"] for r in p["rows"]}
+          for p in doc["perturb"]}
+    hyb = pt[M9, M2]
+    a, fd, e2_runs, ah = hyb["auto", ""], hyb["full-duplicate", ""], hyb["eviction:E2", ""], hyb["auto", H]
+
+    def overloaded(runs):
+        return sum(x["queue_mean_s"] > 10 for x in runs)
+
+    def chars(runs):
+        return _span([x["char"] for x in runs], ".3f")
+
+    assert overloaded(e2_runs) == overloaded(ah) == 0
+    calm = max(max(x["char"] for x in runs) - min(x["char"] for x in runs)
+               for key, rows in pt.items() if key != (M9, M2) for runs in rows.values())
+    out += [f"`auto` without hints has a mean queue over 10 s at {overloaded(a)} of {len(a)} loads (CHAR {chars(a)}), "
+            f"full duplicate at {overloaded(fd)} of {len(fd)} ({chars(fd)}); E2 ({chars(e2_runs)}) and `auto` with "
+            f"hints ({chars(ah)}) at none",
+            f"every policy's CHAR moves by at most {calm:.3f} over the {len(a)} loads"]
     # the tuning set (files 1-175, qwen3-8b, 6,500 tokens/s)
     for ssd, name in ((M10, "10M"), (M2, "2M")):
         t = {(r["policy"], r["variant"]): (s, r) for s, r in
@@ -314,3 +333,27 @@ def test_every_figure_the_prose_quotes_is_recomputed(doc):
     assert {s["workload"] for s in tuning["settings"]} == {"weka:1-175"}  # chosen on these files only
     missing = [p for p in prose_figures(doc, tuning) if p not in text]
     assert not missing, f"docs/admission.md does not say: {missing}"
+
+
+def test_load_perturbation_rows_recomputed_from_raw_runs(doc, block):
+    """Each row's spread over its runs, recomputed; the run at factor 1 is the setting's own row (the same
+    replay: same requests, code and load), so the table and the main tables cannot drift apart."""
+    shown = table_rows(block, "### The same requests at a load a few percent off")
+    rows = {(s["workload"], s["model"], s["prefill_tps"], s["ssd_tokens"]): s for s in doc["settings"]}
+    expected = []
+    for p in doc["perturb"]:
+        setting = rows[p["workload"], p["model"], p["prefill_tps"], p["ssd_tokens"]]
+        for r in p["rows"]:
+            runs = r["runs"]
+            assert [x["factor"] for x in runs] == p["factors"] and 1.0 in p["factors"]
+            assert len({(x["requests"], x["request_set"]) for x in runs}) == 1
+            base = next(x for x in runs if x["factor"] == 1.0)
+            same = next(x for x in setting["rows"] if (x["policy"], x["variant"]) == (r["policy"], r["variant"]))
+            assert (base["writes_norm"], base["char"]) == pytest.approx((same["writes_norm"], same["char"]), rel=1e-12)
+            char, writes = [x["char"] for x in runs], [x["writes_norm"] for x in runs]
+            expected.append([len(runs), min(char), float(np.median(char)), max(char), min(writes),
+                             float(np.median(writes)), max(writes)])
+    assert len(shown) == len(expected) > 0
+    for cells, (n, *values) in zip(shown, expected):
+        assert int(cells[6]) == n
+        assert [float(c) for c in cells[7:13]] == pytest.approx(values, abs=0.006)

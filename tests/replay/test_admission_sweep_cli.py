@@ -86,3 +86,22 @@ def test_labels_name_a_hinted_policy_by_its_variant(sweep):
     assert [r["policy"] for r in rec["rows"]] == ["auto", "auto (hints=end)"]
     for r in rec["rows"]:
         assert r["useful"] + r["wasted_admitted"] + r["wasted_closure"] == r["writes"]
+
+
+def test_perturb_replays_each_policy_at_each_load_factor_and_replaces_its_record(sweep, capsys):
+    """One run per factor, on the same requests; the run at factor 1 is the setting's own row (the same
+    replay); a second perturb of the setting replaces the first; a factor <= 0 is refused."""
+    args = ["perturb", "--workload", "tracelab", "--model", "qwen3-8b", "--policies", "eviction:E2,auto@hints=end",
+            "--factors", "0.5,1", "--json", str(sweep)]
+    assert main(args) == 0 and main(args) == 0
+    doc = json.loads(sweep.read_text())
+    (p,) = doc["perturb"]
+    assert p["factors"] == [0.5, 1.0] and [(r["policy"], r["variant"]) for r in p["rows"]] == [
+        ("eviction:E2", ""), ("auto", "hints=end")]
+    runs = p["rows"][0]["runs"]
+    assert [r["factor"] for r in runs] == [0.5, 1.0] and len({r["request_set"] for r in runs}) == 1
+    row = next(r for r in doc["settings"][0]["rows"] if r["policy"] == "eviction:E2")
+    assert (runs[1]["writes_norm"], runs[1]["char"]) == (row["writes_norm"], row["char"])
+    assert "### The same requests at a load a few percent off" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["perturb", "--workload", "tracelab", "--factors", "0,1", "--json", str(sweep)])
