@@ -320,3 +320,22 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
     text = " ".join((DOCS / "fleet.md").read_text().split())
     for phrase in phrases:
         assert phrase in text, f"docs/fleet.md does not say {phrase!r}"
+
+
+def test_the_state_completion_check_is_the_session_tables_hybrid_fleets_replayed_again():
+    """The qwen3.5-9b fleets of fleet_session.json replayed with the GDN state completion: the same
+    fleets and router settings, and the moves docs/fleet.md quotes, recomputed."""
+    before, after = (json.loads((DOCS / "data" / f).read_text())
+                     for f in ("fleet_session.json", "fleet_session_state_check.json"))
+    assert (after["sessions"], after["skip_sessions"], after["session_router"]) == (
+        before["sessions"], before["skip_sessions"], before["session_router"])
+    key = lambda r: (r["model"], r["policy"], r["nodes"], r["router"])  # noqa: E731
+    old = {key(r): r["metrics"] for r in before["records"]}
+    new = {key(r): r["metrics"] for r in after["records"]}
+    assert set(new) == {k for k in old if k[0] == "qwen3.5-9b"}
+    writes = [100 * (new[k]["ssd_write_bytes"] / old[k]["ssd_write_bytes"] - 1) for k in new]
+    ttft = [100 * (new[k]["ttft_mean_s"] / old[k]["ttft_mean_s"] - 1) for k in new]
+    char = max(abs(new[k]["char"] - old[k]["char"]) for k in new)
+    text = " ".join((DOCS / "fleet.md").read_text().split())
+    assert (f"each fleet's SSD writes move by {min(writes):+.1f}% to {max(writes):+.1f}%, its CHAR by at most "
+            f"{char:.3f} and its mean TTFT by {min(ttft):+.1f}% to {max(ttft):+.1f}%") in text

@@ -62,7 +62,7 @@ def test_every_ratio_in_the_doc_is_recomputed_from_the_raw_metrics():
 def test_the_docs_reading_of_the_table():
     """The sentences after the table: more FD writes and a smaller anchor under SGLang's placement;
     E3's saving on the 350 sessions grows; on the anchor set both TTFT rows come closer to the
-    paper's and the write saving moves by less than a point."""
+    paper's and the write saving moves by the points the doc says."""
     def rel(by: dict, policy: str, metric: str, base: str) -> float:
         return by[policy][metric] / by[base][metric] - 1
 
@@ -72,15 +72,17 @@ def test_the_docs_reading_of_the_table():
     assert sglang["anchor"] < grid["anchor"]
     assert rel(s350, "eviction:E3", "ssd_write_bytes", "full-duplicate") < rel(g350, "eviction:E3", "ssd_write_bytes", "full-duplicate")
     ga, sa = grid["sets"][str(grid["anchor"])], sglang["sets"][str(sglang["anchor"])]
+    moved = []
     for claim, policy, metric, base, paper in hybrid_placement.CLAIMS:
         g, s = rel(ga, policy, metric, base), rel(sa, policy, metric, base)
         if metric == "ttft_mean_s":
             assert abs(s - paper) < abs(g - paper), claim
         else:
-            assert abs(s - g) < 0.01, claim
+            moved.append(abs(s - g))
     text = " ".join((DOCS / "fidelity.md").read_text().split())
-    assert ("on the anchor set both TTFT rows come closer to the paper's while the write saving moves by less "
-            "than a point") in text
+    (points,) = moved
+    assert ("on the anchor set both TTFT rows come closer to the paper's while the write saving moves by "
+            f"{100 * points:.1f} points") in text
 
 
 def test_a_reduced_run_of_the_generator(shared_dir):
