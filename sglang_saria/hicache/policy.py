@@ -158,14 +158,21 @@ class SariaHiCachePolicy:
             self.admission.seed(written, self.clock())
             self._metrics.budget(self.admission.theta_E, self.admission.fill)
 
+    def _node_bytes(self, node: Any) -> int:
+        """Bytes a write of ``node`` puts in the store: its pages, and on a hybrid its GDN state when it
+        holds one (the replay counts a node's objects alike, ``SariaCore._size``)."""
+        nbytes = len(node.hash_value) * self.view.unit
+        if self.state_bytes and self.view.has_checkpoint(node):
+            nbytes += self.state_bytes
+        return nbytes
+
     def _order(self, chain: list[Any] | None, event: AdmissionEvent) -> list[Any]:
         """Count a decided chain's writes (the node's event, then closures) and mark them in flight."""
         if not chain:
             return []
-        unit = self.view.unit
         for i, node in enumerate(chain):
             ev = event if i == 0 else AdmissionEvent.CLOSURE
-            self.sequencer.written(ev, len(node.hash_value) * unit)
+            self.sequencer.written(ev, self._node_bytes(node))
             self._metrics.admitted(ev.value)
         self.view.ordered(chain)
         logger.debug("saria: write %d node(s) to SSD at %s", len(chain), event.value)
