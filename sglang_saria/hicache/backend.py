@@ -349,11 +349,6 @@ class SariaStorage(HiCacheStorage):
         """Bytes of one stored KV page (the host pool's page, in its byte order)."""
         return self._views[PoolName.KV.value].page_bytes
 
-    @property
-    def state_page_bytes(self) -> int:
-        """Bytes of one stored GDN state sidecar (the MAMBA host pool's page; the pool must be registered)."""
-        return self._views[PoolName.MAMBA.value].page_bytes
-
     def read_page_async(self, key: str, dest: Any, host_check: bool = True) -> Any:
         """Start reading KV page `key` into `dest` (any device); a Future of its GetStatus.
 

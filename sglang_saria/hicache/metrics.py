@@ -26,7 +26,9 @@ class SariaServingMetrics:
     def _tier_counters(self, Counter: type) -> None:
         """Admissions, host evictions, reloads, promotions: what moved between the tiers."""
         self._admitted = Counter(
-            "sglang:saria_ssd_admissions_total", "Nodes admitted to SSD, by admission event (state: a hybrid node's GDN state written beside its stored pages)", ["event"]
+            "sglang:saria_ssd_admissions_total",
+            "Nodes admitted to SSD, by admission event (state: a hybrid node's GDN state written beside its stored pages)",
+            ["event"],
         )
         self._host_evictions = Counter(
             "sglang:saria_host_evictions_total", "Host (DRAM) node reclaims counted as evictions (E += 1)"

@@ -81,16 +81,15 @@ class SariaHiCachePolicy:
         on_ssd_demote: Callable[[Sequence[str]], None] | None = None,
         ssd_victim_page: Callable[[int], str | None] | None = None,
         state_on_ssd: Callable[[str], bool] | None = None,
-        state_bytes: int = 0,
     ) -> None:
         """``on_ssd(page hash)`` and ``clock()``: the SSD view and the clock every decision reads (with
         several ranks, their agreed ones: ``rank_agreement.py``); ``on_ssd_read(hashes)``: told the
         pages an SSD reload read (the store's victim order); ``on_ssd_demote(hashes)``: told an ended
         session's pages (agents' hints: the store's first victims); ``hybrid``: writes start at nodes
         holding a Mamba checkpoint; ``ssd_victim_page(nbytes)``: the page the store would evict first
-        for a write of ``nbytes`` (None: room), for policies that compare a write with its victim (``auto``); ``state_on_ssd(page hash)``: whether the
-        store holds that page's GDN state sidecar (``state_bytes`` each; None: never asked, a node whose
-        last page is stored counts as stored whole)."""
+        for a write of ``nbytes`` (None: room), for policies that compare a write with its victim (``auto``);
+        ``state_on_ssd(page hash)``: whether the store holds that page's GDN state sidecar (None: never
+        asked, a node whose last page is stored counts as stored whole)."""
         self.config = config
         # budget:<DWPD> needs the drive capacity and the bytes of each admitted node.
         self.admission = make_admission_policy(config.admission.policy, config.admission, ssd_capacity_bytes)
@@ -111,7 +110,6 @@ class SariaHiCachePolicy:
         self.on_ssd_read = on_ssd_read
         self.on_ssd_demote = on_ssd_demote
         self.state_on_ssd = state_on_ssd
-        self.state_bytes = state_bytes
 
     @property
     def on_ssd(self) -> Callable[[str], bool]:
@@ -158,21 +156,14 @@ class SariaHiCachePolicy:
             self.admission.seed(written, self.clock())
             self._metrics.budget(self.admission.theta_E, self.admission.fill)
 
-    def _node_bytes(self, node: Any) -> int:
-        """Bytes a write of ``node`` puts in the store: its pages, and on a hybrid its GDN state when it
-        holds one (the replay counts a node's objects alike, ``SariaCore._size``)."""
-        nbytes = len(node.hash_value) * self.view.unit
-        if self.state_bytes and self.view.has_checkpoint(node):
-            nbytes += self.state_bytes
-        return nbytes
-
     def _order(self, chain: list[Any] | None, event: AdmissionEvent) -> list[Any]:
         """Count a decided chain's writes (the node's event, then closures) and mark them in flight."""
         if not chain:
             return []
+        unit = self.view.unit
         for i, node in enumerate(chain):
             ev = event if i == 0 else AdmissionEvent.CLOSURE
-            self.sequencer.written(ev, self._node_bytes(node))
+            self.sequencer.written(ev, len(node.hash_value) * unit)
             self._metrics.admitted(ev.value)
         self.view.ordered(chain)
         logger.debug("saria: write %d node(s) to SSD at %s", len(chain), event.value)
@@ -337,9 +328,10 @@ class SariaHiCachePolicy:
     def _write_state(self, node: Any, last: str) -> tuple[bool, list[int]]:
         """Write-before-reclaim of the node's state alone (its pages are touches in the store), asked of
         no admission: the pages were admitted, and the state is what lets a later hit end at this
-        node instead of an earlier stored state (the replay's ``SariaCore._write_state``)."""
+        node instead of an earlier stored state (the replay's ``SariaCore._write_state``). The
+        sequencer's write credit and budget count KV pages here, as the content computed is counted
+        in pages: the state's bytes are spent from neither."""
         self._deferred.add(last)
-        self.sequencer.written(AdmissionEvent.EVICT, self.state_bytes)
         self.stats.deferred_evictions += 1
         self.stats.state_writes += 1
         self._metrics.admitted("state")

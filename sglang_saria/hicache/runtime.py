@@ -140,7 +140,6 @@ def saria_policy(backend: SariaStorage, agreement: Optional[RankAgreement]) -> S
         ssd_victim_page=store_victim_page(backend) if agreement is None else None,
         # each rank's store holds its own sidecars: with several, no state is written beside stored pages
         state_on_ssd=backend.state_exists if backend.hybrid and agreement is None else None,
-        state_bytes=backend.state_page_bytes if backend.hybrid else 0,
     )
     if agreement is None:
         backend.add_evict_listener(lambda pairs: policy.on_store_evict(h for h, pool in pairs if pool == kv))
