@@ -52,6 +52,11 @@ _OWN_REASONS = frozenset({"stopped", "peer_rank", "worker_error"})
 # step between a prefill batch and its merge into the running batch (the overlap scheduler),
 # which the stall check cannot tell from an idle scheduler.
 HOLD_AND_WAIT_S = 1.0
+# How long such a stall lasts before the first reload held back is given up when no reload behind it
+# locks a path (its request recomputes): three times the longest probe-to-claim wait measured on a
+# quiet machine (0.93 s, docs/reload-admission.md), so a loaded machine's slower steps are not
+# taken for a stall; still far below its 30 s memory deadline.
+GIVE_UP_FIRST_S = 3.0
 
 
 @dataclass
@@ -281,8 +286,8 @@ class PendingReloads:
         to be slower than computing its tokens (`reload_admission.waiting_pays`: its request is
         served sooner recomputing), else it waits until its deadline or memory deadline,
         whichever is later, then its request recomputes (`device_memory`). Stalled passes that
-        claim nothing for `HOLD_AND_WAIT_S` break a hold and wait, or give the first one up
-        (`_break_hold_and_wait`).
+        claim nothing for `HOLD_AND_WAIT_S` break a hold and wait, or for `GIVE_UP_FIRST_S` give
+        the first one up (`_break_hold_and_wait`).
         Returns the demand of the first reload the rule holds back (None: none is).
         ``wait``: the scheduler waits for each job (benchmark-only, `transfer.blocking_reload`)."""
         held_back = self._claim_deferred(cap, wait, stalled)
@@ -290,8 +295,7 @@ class PendingReloads:
             self.stuck_since = None
         elif self.stuck_since is None:
             self.stuck_since = self.host.step_clock()
-        elif self.host.step_clock() - self.stuck_since >= HOLD_AND_WAIT_S:
-            self._break_hold_and_wait(held_back)
+        elif self._break_hold_and_wait(held_back, self.host.step_clock() - self.stuck_since):
             self.stuck_since = None
         return held_back
 
@@ -337,20 +341,25 @@ class PendingReloads:
                 pending.job.wait()
         return held_back
 
-    def _break_hold_and_wait(self, first: ReloadDemand) -> None:
-        """A stall no claim ends: ``first`` waits for device room that the waiting reloads behind
-        it lock (a follower locks the path it resumed on, `hicache/direct_reload/follow.py`),
-        while none of them fits either. Those reloads are given up (`stalled`): their requests
-        are admitted with the device prefix they match (unlocked now, so evictable) and compute
-        the rest. They stay out of the ledger: behind ``first`` in the queue, their need must
-        not hold it back. When none of them locks a path, only ``first``'s memory deadline would
-        end the stall (30 s of an idle scheduler): ``first`` is given up instead (`stalled`), its
-        request recomputing, as at that deadline."""
+    def _break_hold_and_wait(self, first: ReloadDemand, stuck_s: float) -> bool:
+        """A stall no claim ends, for ``stuck_s``: ``first`` waits for device room that the waiting
+        reloads behind it lock (a follower locks the path it resumed on,
+        `hicache/direct_reload/follow.py`), while none of them fits either. After `HOLD_AND_WAIT_S`
+        those reloads are given up (`stalled`): their requests are admitted with the device prefix
+        they match (unlocked now, so evictable) and compute the rest. They stay out of the ledger:
+        behind ``first`` in the queue, their need must not hold it back. When none of them locks a
+        path, only ``first``'s memory deadline would end the stall (30 s of an idle scheduler):
+        after `GIVE_UP_FIRST_S` ``first`` is given up instead (`stalled`), its request recomputing,
+        as at that deadline. True: the stall was broken."""
         lockers = [rid for rid in self.deferred if rid != first.rid and self.by_rid[rid].anchor_lock is not None]
-        for rid in lockers:
-            self._give_up(rid, "stalled")
-        if not lockers:
+        if lockers and stuck_s >= HOLD_AND_WAIT_S:
+            for rid in lockers:
+                self._give_up(rid, "stalled")
+            return True
+        if not lockers and stuck_s >= GIVE_UP_FIRST_S:
             self._recompute(first, "stalled")
+            return True
+        return False
 
     def _recompute(self, demand: ReloadDemand, reason: str) -> None:
         """A reload the rule held back is given up: its request now needs the reload's tokens

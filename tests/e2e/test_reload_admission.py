@@ -78,9 +78,10 @@ def test_every_session_gets_at_least_what_file_brings_back(runs):
     saria = {t.session: t for t in runs["saria"].turns}
     stock = {t.session: t for t in runs["file"].turns}
     assert set(saria) == set(stock) and len(saria) == runs["saria"].sessions
+    fallbacks = {k: v for k, v in runs["saria"].metrics.items() if k.startswith(FALLBACKS)}  # why a reload gave up
     for name, turn in saria.items():
-        assert turn.cached >= stock[name].cached, (name, turn.cached, stock[name].cached)
-        assert turn.storage > 0, name  # its own history came back from the store
+        assert turn.cached >= stock[name].cached, (name, turn.cached, stock[name].cached, fallbacks)
+        assert turn.storage > 0, (name, fallbacks)  # its own history came back from the store
     assert sum(t.storage for t in saria.values()) >= sum(t.storage for t in stock.values())
     assert runs["saria"].metrics.get(WASTED, 0.0) == 0.0
 
