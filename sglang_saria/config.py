@@ -65,16 +65,16 @@ class AdmissionConfig:
     # own rate (hicache/load_signal.py; the paper's GPU); the replay models its GPU with --prefill-tps instead
     auto_prefill_tps: float = 6500.0
     # auto (mem_cache/learned.py): a write pays when a block's learned reuse odds reach auto_odds over
-    # (1 + queued prefill / auto_load_ref_s); its ghost of evicted blocks holds at most auto_max_bytes
-    auto_odds: float = 1.0
+    # (1 + queued prefill / auto_load_ref_s); its ghost of evicted blocks holds at most auto_max_bytes.
+    # auto_odds chosen on WEKA files 1-175 (docs/admission.md)
+    auto_odds: float = 4.0
     auto_load_ref_s: float = 1.0
     auto_max_bytes: int = 64 << 20
     # auto: a write leaves its ancestors still in DRAM to their own eviction, where each is written because the
     # descendant's SSD copy needs it (mem_cache/sequencer.py); False: it closes over them at once
     auto_lazy_closure: bool = True
-    # auto on hybrid models: close lazily there too (writes still start at checkpoint nodes). Off while the fleet
-    # records (docs/fleet.md) replay the hybrid eagerly: turning it on means replaying them (docs/admission.md)
-    auto_lazy_hybrid: bool = False
+    # auto on hybrid models: close lazily there too (writes still start at checkpoint nodes); False: eagerly
+    auto_lazy_hybrid: bool = True
     # SGLang driver: auto's learned state goes to a file beside the store at most this often (hicache/admission_state.py)
     auto_state_save_s: float = 60.0
     # SGLang driver: memory for the page paths of agents' hinted sessions (hicache/hints.py),

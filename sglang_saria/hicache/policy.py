@@ -188,11 +188,15 @@ class SariaHiCachePolicy:
             self._requests_seen.popitem(last=False)
         now = self._begin()
         view, seq, to_write = self.view, self.sequencer, []
-        for node in reversed(_path_to_root(tree_core, node_id)):  # root first, as the replay counts a request
+        first = None  # the path's first page: new pages further down link to it (``metadata.bypassed``)
+        for i, node in enumerate(reversed(_path_to_root(tree_core, node_id))):  # root first, as the replay counts
             keys = [page_key(h) for h in node.hash_value]
             if self.hints is not None:
                 self.hints.used(keys)  # reused: an end hint on these pages no longer holds
-            reached = self.metadata.record_use(keys, now, r_watch=self.admission.reuse_threshold)
+            reached = self.metadata.record_use(keys, now, r_watch=self.admission.reuse_threshold,
+                                               path_first=first, from_root=i == 0)
+            if i == 0:
+                first = self.metadata.get(keys[0])
             if reached and self.writes_ssd and (view.location(node) & (DRAM | SSD)) == DRAM:
                 to_write += self._order(seq.reuse(view, node, self._counters(node)), AdmissionEvent.REUSE)
         return [n.id for n in to_write]
@@ -212,12 +216,15 @@ class SariaHiCachePolicy:
         keys = [page_key(h) for h in hashes]
         if self.admission.learns:  # recomputed pages were wanted from below DRAM (new ones are not in its ghost)
             self.admission.on_missed(keys)
+        path = _path_to_root(tree_core, node_id)
+        first_key = page_key(path[-1].hash_value[0]) if path else keys[0]  # the path's first page
+        first = self.metadata.get(first_key)
         if self.on_ssd(hashes[-1]):
             uncounted = [k for k in keys if self.metadata.get(k) is None]
             if uncounted:
-                self.metadata.record_use(uncounted, now)
+                self.metadata.record_use(uncounted, now, path_first=first, from_root=uncounted[0] == first_key)
             return []
-        self.metadata.record_use(keys, now)
+        self.metadata.record_use(keys, now, path_first=first, from_root=keys[0] == first_key)
         if not self.writes_ssd or self.view.location(node) & SSD:
             return []
         return [n.id for n in self._order(self.sequencer.insert(self.view, node, self._counters(node)),
@@ -227,7 +234,7 @@ class SariaHiCachePolicy:
         """Pages came back from SSD for a request: a reuse (R += 1, t_reuse = now) like a tree hit,
         and an SSD read for the store's victim order (``SSDVictimOrder.touch_prefix``, as the replay)."""
         keys = [page_key(h) for h in hashes]
-        self.metadata.record_use(keys, self._begin())
+        self.metadata.record_use(keys, self._begin(), from_root=False)  # a later part of a path (first page unknown)
         if self.admission.learns:  # wanted from below DRAM
             self.admission.on_missed(keys)
         if self.hints is not None:
@@ -243,7 +250,7 @@ class SariaHiCachePolicy:
         keys = [page_key(h) for node in nodes if node.backuped for h in node.hash_value or ()]
         uncounted = [k for k in keys if self.metadata.get(k) is None]
         if uncounted:
-            self.metadata.record_use(uncounted, now)
+            self.metadata.record_use(uncounted, now, from_root=False)  # pages of many paths: first pages unknown
 
     def prewrite_candidates(self, host_leaves: Iterable[Any], priority: Callable[[Any], Any]) -> list[Any]:
         """Prewrite (paper 4.2): host leaves holding the next ``prewrite_depth_blocks`` pages to be

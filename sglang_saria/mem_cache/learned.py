@@ -6,8 +6,13 @@ again while out of DRAM, and, when the SSD is full, whether it is worth more tha
 displaces. This policy estimates that chance online, from the running workload alone:
 
 - **classes**: at a DRAM eviction of a block not on SSD, the block falls in a class of its counters
-  (request reuses ``R``: 0-3+, DRAM evictions ``E`` with this one: 1-3+) and of the time since a
-  request last used it (log2 of seconds, 0-15+): ``N_CLASSES`` classes;
+  (request reuses ``R``: 0-3+, DRAM evictions ``E`` with this one: 1-3+), of the time since a
+  request last used it (log2 of seconds, 0-15+) and of whether a later request went around it
+  (``metadata.bypassed``: it used the block's path but not the block): ``N_CLASSES`` classes. The
+  last is what the past says of an agent that rewrote or compacted its history: on the WEKA
+  sessions 1-175, 12% of the writes ``auto`` made without it were of such blocks, and none of
+  them was read again. Where a first block is shared by many sessions, most blocks are bypassed
+  and the learned chances, not a rule, say what that is worth;
 - **ghost**: the evicted block's key is remembered with its class (written or not: blocks never
   written are tracked too), bounded by ``max_bytes`` (``GHOST_BYTES_PER_BLOCK`` per tracked
   block; the oldest entry goes first); the class's ``seen`` count grows by one;
@@ -23,8 +28,10 @@ work queued on the GPU, seconds: a queued GPU makes each recomputation dearer) a
 rating (``auto:<DWPD>``), the bar is divided by the share of the window's budget left (none
 left: no write). When the SSD has no room for the block, the victim the write would displace is
 classed the same way (its counters and idle time now) and the block is admitted only if its
-chance is higher (TinyLFU's comparison with the victim). The two constants, ``odds`` (1: a write
-pays when a reuse is at least as likely as not) and ``load_ref_s`` (1 s of queued prefill halves
+chance is higher (TinyLFU's comparison with the victim). The two constants, ``odds`` (4: a write
+pays on an idle GPU when a reuse is four times as likely as not; chosen on WEKA files 1-175 among
+0.5-16 as the value with the lowest writes against the clairvoyant frontier that kept every hit
+ratio there within 0.02 of the frontier's best) and ``load_ref_s`` (1 s of queued prefill halves
 the bar), are stated in ``docs/admission.md`` with the results at half and double each.
 
 Agents' hints (``hints.py``) come first in the sequencer. Decisions are counted by
@@ -43,40 +50,46 @@ from sglang_saria.config import AdmissionConfig, ConfigError
 from sglang_saria.mem_cache.admission import AdmissionEvent, AdmissionPolicy
 from sglang_saria.mem_cache.budget import WriteBudgetController, rated_budget
 from sglang_saria.mem_cache.hints import AgentHints
-from sglang_saria.mem_cache.metadata import ContextNode
+from sglang_saria.mem_cache.metadata import ContextNode, bypassed
 
 _EVICT = AdmissionEvent.EVICT
 
 R_CLASSES, E_CLASSES, AGE_CLASSES = 4, 3, 16
-N_CLASSES = R_CLASSES * E_CLASSES * AGE_CLASSES
+N_CLASSES = 2 * R_CLASSES * E_CLASSES * AGE_CLASSES  # bypassed or not, R, E, age
 #: memory of one tracked block in the ghost (dict entry and int key object): 64-92 bytes measured with
 #: tracemalloc on CPython 3.11 (92 just after the table doubles, 122 while it does), 104 with a margin
 GHOST_BYTES_PER_BLOCK = 104
 #: Prometheus name of ``decisions`` (label: reason)
 METRIC_DECISIONS = "sglang:saria_auto_decisions_total"
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 1: classes without the bypassed half
 
 
 @dataclass(frozen=True)
 class LearnedParams:
     """The policy's constants (``AdmissionConfig.auto_odds``, ``auto_load_ref_s``, ``auto_max_bytes``)."""
 
-    odds: float = 1.0  # reuse odds p / (1 - p) at which a write pays on an idle GPU
+    odds: float = 4.0  # reuse odds p / (1 - p) at which a write pays on an idle GPU
     load_ref_s: float = 1.0  # queued prefill (s) that halves the bar
     max_bytes: int = 64 << 20  # ghost memory bound
     lazy_closure: bool = True  # ancestors still in DRAM are written at their own eviction (sequencer)
-    lazy_hybrid: bool = False  # ... on hybrid models too
+    lazy_hybrid: bool = True  # ... on hybrid models too
 
     @property
     def max_blocks(self) -> int:
         return max(1, self.max_bytes // GHOST_BYTES_PER_BLOCK)
 
 
-def block_class(R: int, E: int, idle_s: float) -> int:
-    """The class of a block with ``R`` reuses, ``E`` DRAM evictions (this one counted) and ``idle_s``
-    seconds since its last use."""
+def block_class(R: int, E: int, idle_s: float, went_around: bool = False) -> int:
+    """The class of a block with ``R`` reuses, ``E`` DRAM evictions (this one counted), ``idle_s``
+    seconds since its last use, and whether a later request went around it."""
     age = 0 if idle_s < 1.0 else min(AGE_CLASSES - 1, 1 + int(math.log2(idle_s)))
-    return ((min(R, R_CLASSES - 1) * E_CLASSES) + min(max(E, 1), E_CLASSES) - 1) * AGE_CLASSES + age
+    cls = ((min(R, R_CLASSES - 1) * E_CLASSES) + min(max(E, 1), E_CLASSES) - 1) * AGE_CLASSES + age
+    return cls + N_CLASSES // 2 if went_around else cls
+
+
+def node_class(node: ContextNode, E: int, now: float) -> int:
+    """``block_class`` of a node at ``now``, with ``E`` DRAM evictions."""
+    return block_class(node.R, E, now - node.t_reuse, bypassed(node))
 
 
 class LearnedAdmission(AdmissionPolicy):
@@ -150,7 +163,7 @@ class LearnedAdmission(AdmissionPolicy):
             return False
         cls = self.ghost.get(key)
         if cls is None:
-            cls = block_class(node.R, node.E + 1, self.now - node.t_reuse)
+            cls = node_class(node, node.E + 1, self.now)
             self._track(key, cls)
         p = self.chance(cls)
         bar = self.bar()
@@ -160,7 +173,7 @@ class LearnedAdmission(AdmissionPolicy):
         if p < 1.0 and p / (1.0 - p) < bar:
             self.decisions["cold"] += 1
             return False
-        if victim is not None and self.chance(block_class(victim.R, victim.E, self.now - victim.t_reuse)) >= p:
+        if victim is not None and self.chance(node_class(victim, victim.E, self.now)) >= p:
             self.decisions["victim"] += 1
             return False
         self.decisions["admit"] += 1
@@ -209,23 +222,25 @@ class LearnedAdmission(AdmissionPolicy):
 
     def load_state_dict(self, state: dict, source: str = "auto admission state") -> None:
         """Restore ``state_dict``'s output; a malformed state raises ConfigError naming the field, and
-        changes nothing."""
-        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
-            raise ConfigError(f"{source}: version must be {_STATE_VERSION}, got "
-                              f"{state.get('version') if isinstance(state, dict) else type(state).__name__!r}")
+        changes nothing. A version 1 state (no bypassed classes) fills the classes of blocks not bypassed."""
+        version = state.get("version") if isinstance(state, dict) else None
+        if version not in (1, _STATE_VERSION):
+            raise ConfigError(f"{source}: version must be 1 or {_STATE_VERSION}, got "
+                              f"{version if isinstance(state, dict) else type(state).__name__!r}")
+        n = N_CLASSES if version == _STATE_VERSION else N_CLASSES // 2
         counts = {}
         for name in ("seen", "reused"):
             v = state.get(name)
-            if not (isinstance(v, list) and len(v) == N_CLASSES and all(isinstance(x, int) and x >= 0 for x in v)):
-                raise ConfigError(f"{source}: {name} must be {N_CLASSES} counts >= 0")
-            counts[name] = v
+            if not (isinstance(v, list) and len(v) == n and all(isinstance(x, int) and x >= 0 for x in v)):
+                raise ConfigError(f"{source}: {name} must be {n} counts >= 0 (version {version})")
+            counts[name] = v + [0] * (N_CLASSES - n)
         if any(r > s for r, s in zip(counts["reused"], counts["seen"])):
             raise ConfigError(f"{source}: reused must not exceed seen in any class")
         ghost = state.get("ghost")
         if not isinstance(ghost, list) or not all(
                 isinstance(e, list) and len(e) == 2 and isinstance(e[0], (int, str)) and isinstance(e[1], int)
-                and 0 <= e[1] < N_CLASSES for e in ghost):
-            raise ConfigError(f"{source}: ghost must be a list of [key, class] with class in [0, {N_CLASSES})")
+                and 0 <= e[1] < n for e in ghost):
+            raise ConfigError(f"{source}: ghost must be a list of [key, class] with class in [0, {n})")
         self.seen, self.reused = list(counts["seen"]), list(counts["reused"])
         self.ghost = {k: c for k, c in ghost[-self.params.max_blocks:]}
 

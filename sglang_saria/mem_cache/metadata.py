@@ -7,6 +7,11 @@ tree. Each node holds counters shared by all its objects (``R``, ``E``, ``t_reus
 and one location bitmask per object: the FA block and, on checkpoint boundaries of
 hybrid models, the GDN checkpoint. Metadata outlives residency and is reclaimed only
 after ``metadata_window_s`` without reuse/recomputation while no tier holds it.
+
+Each node also links to the node of its path's first block (``path_first``): a request that used
+the first block after the node's last use went around the node (``bypassed``), as an agent does
+when it rewrites or compacts its history. Tracking it costs one reference per node and no work per
+request beyond the node's creation.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ GDN_CHECKPOINT = "gdn"
 
 
 class ContextNode:
-    """Counters and object locations of one block-aligned prefix (about 100 bytes)."""
+    """Counters and object locations of one block-aligned prefix (about 110 bytes)."""
 
-    __slots__ = ("R", "E", "t_reuse", "fa_loc", "ck_loc", "parent", "e_spent")
+    __slots__ = ("R", "E", "t_reuse", "fa_loc", "ck_loc", "parent", "e_spent", "path_first")
 
     def __init__(self, now: float, has_checkpoint: bool, parent: int = ROOT) -> None:
         self.R = 0  # request reuses after first computation (hit or recompute)
@@ -37,10 +42,20 @@ class ContextNode:
         self.t_reuse = now  # last time a request used (or computed) the block
         self.fa_loc = 0  # bitmask of DRAM | SSD holding the FA block
         self.ck_loc = 0 if has_checkpoint else NO_CHECKPOINT  # same for the GDN checkpoint
+        # the node of the first block of the path this node was created on (None: this node, or unknown)
+        self.path_first: ContextNode | None = None
 
     def __repr__(self) -> str:
         return (f"ContextNode(R={self.R}, E={self.E}, t_reuse={self.t_reuse}, fa_loc={self.fa_loc}, "
                 f"ck_loc={self.ck_loc}, parent={self.parent}, e_spent={self.e_spent})")
+
+
+def bypassed(node: ContextNode) -> bool:
+    """Whether a request used the node's path after the node's last use but left the node out: it went
+    around it (an agent rewrote or compacted its history, or left a branch; or, on a first block
+    shared by many sessions, another session came). False when the path's first block is unknown."""
+    first = node.path_first
+    return first is not None and first.t_reuse > node.t_reuse
 
 
 class ContextMetadata:
@@ -71,14 +86,16 @@ class ContextMetadata:
         return self.nodes.get(key)
 
     def record_use(self, keys: list[int], now: float, r_watch: int = 0,
-                   found: list[ContextNode | None] | None = None) -> list[int]:
+                   found: list[ContextNode | None] | None = None, path_first: ContextNode | None = None,
+                   from_root: bool = True) -> list[int]:
         """A request's input contains ``keys``: count reuse, create first-time nodes.
 
         Returns the keys whose ``R`` just reached ``r_watch`` (0 = no watch), which the
         reuse-triggered admission path turns into asynchronous writes. ``found``: the keys'
-        nodes (None: unknown) if the caller looked them up already. O(len(keys)), with
-        Python code per block only for the counters. The keys of one request are distinct
-        (chained: each names a prefix of its own length).
+        nodes (None: unknown) if the caller looked them up already. New nodes link to their
+        path's first block: ``keys[0]`` when the keys start at the root (``from_root``), else
+        ``path_first`` (None: unknown). O(len(keys)), with Python code per block only for the
+        counters. The keys of one request are distinct (chained: each names a prefix of its own length).
         """
         if found is None:
             found = list(map(self.nodes.get, keys))
@@ -88,7 +105,7 @@ class ContextMetadata:
             node.t_reuse = now
         reached = [k for k, node in zip(keys, found) if node is not None and node.R == r_watch] if r_watch else []
         if len(known) < len(found):  # the unknown blocks are mostly the request's new tail
-            self._create(keys, found, found.index(None), now)
+            self._create(keys, found, found.index(None), now, found[0] if from_root else path_first, from_root)
         deque(map(self._recency.move_to_end, keys), 0)  # all of them most recent, in order (a C loop)
         if self.changed is not None:
             self.changed.update(keys)
@@ -136,9 +153,11 @@ class ContextMetadata:
             self._recency = added
         return n
 
-    def _create(self, keys: list[int], found: list[ContextNode | None], start: int, now: float) -> None:
+    def _create(self, keys: list[int], found: list[ContextNode | None], start: int, now: float,
+                path_first: ContextNode | None, from_root: bool) -> None:
         """First computations (or recomputations after reclamation): a node for each key from ``start``
-        on that ``found`` has none for, its parent the key before."""
+        on that ``found`` has none for, its parent the key before, linked to ``path_first`` (with
+        ``from_root`` and none given: the node created for ``keys[0]``)."""
         stride = self._grid_stride
         nodes, recency = self.nodes, self._recency
         created = checkpoints = 0
@@ -146,7 +165,11 @@ class ContextMetadata:
             if found[i] is None:
                 key = keys[i]
                 ck = stride > 0 and (i + 1) % stride == 0
-                nodes[key] = ContextNode(now, ck, keys[i - 1] if i else ROOT)
+                node = nodes[key] = ContextNode(now, ck, keys[i - 1] if i else ROOT)
+                if i == 0 and from_root:
+                    path_first = node
+                elif path_first is not None:
+                    node.path_first = path_first
                 recency[key] = None
                 created += 1
                 checkpoints += ck
@@ -200,4 +223,4 @@ class ContextMetadata:
         return dropped
 
 
-__all__ = ["ContextMetadata", "ContextNode", "NO_CHECKPOINT", "ROOT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]
+__all__ = ["ContextMetadata", "ContextNode", "bypassed", "NO_CHECKPOINT", "ROOT", "DRAM", "SSD", "FA_BLOCK", "GDN_CHECKPOINT"]

@@ -134,7 +134,10 @@ def one_round(server, i: int) -> None:
 @pytest.fixture(scope="module")
 def runs(start_server, tmp_path_factory) -> Runs:
     store = tmp_path_factory.mktemp("auto-ghost")
-    extra = {"data_dirs": [str(store)], "capacity": "64MiB", "admission": {"policy": "auto", "auto_state_save_s": 1.0}}
+    # odds 1 (not the default 4): a class is admitted once its blocks came back more often than not, which
+    # these few rounds reach
+    extra = {"data_dirs": [str(store)], "capacity": "64MiB",
+             "admission": {"policy": "auto", "auto_odds": 1.0, "auto_state_save_s": 1.0}}
     args = saria_hicache_args(extra)
     result = Runs()
     warm = threading.Thread(target=lambda: [importlib.import_module(m) for m in HASH_MODULES], daemon=True)

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from sglang_saria.config import SariaConfig
 from sglang_saria.hicache.policy import SariaHiCachePolicy
 from sglang_saria.hicache.tree_view import MAMBA, page_key
+from sglang_saria.mem_cache.metadata import bypassed
 from sglang_saria.replay.metrics import peak_window_bytes
 
 
@@ -291,3 +292,26 @@ def test_a_state_the_store_lacks_beside_stored_pages_is_written_before_the_recla
     assert evict(blind, node), "without a sidecar probe (several ranks) stored pages count as the node stored"
     assert policy.stats.state_writes == 1
 
+
+
+def test_pages_link_to_their_paths_first_page_as_the_replay_does():
+    """A request down another branch goes around the pages of the first (``metadata.bypassed``): the
+    server links pages to their path's first page from SGLang's tree, as the replay does from a request."""
+    clock = [0.0]
+    policy = SariaHiCachePolicy(SariaConfig.from_dict({"admission": {"policy": "auto"}}), page_size=16,
+                                on_ssd=set().__contains__, clock=lambda: clock[0])
+    tree = Tree()
+    root = tree.add(0, [], None)
+    system = tree.add(1, PAGES, root)
+    old = tree.add(2, ["c" * 64, "d" * 64], system)
+    insert(policy, tree, system)
+    insert(policy, tree, old)
+    policy.on_request_match("req-1", tree, old.id)
+    first = policy.metadata.get(page_key(PAGES[0]))
+    assert all(policy.metadata.get(page_key(h)).path_first is first for h in PAGES[1:] + old.hash_value)
+    clock[0] = 10.0
+    rewritten = tree.add(3, ["e" * 64], system)
+    insert(policy, tree, rewritten)
+    policy.on_request_match("req-2", tree, rewritten.id)
+    assert [bypassed(policy.metadata.get(page_key(h))) for h in old.hash_value + rewritten.hash_value] == \
+        [True, True, False]

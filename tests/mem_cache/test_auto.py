@@ -10,8 +10,8 @@ from sglang_saria.config import AdmissionConfig, ConfigError, SariaConfig
 from sglang_saria.mem_cache.admission import AdmissionEvent
 from sglang_saria.mem_cache.admission_factory import make_admission_policy
 from sglang_saria.mem_cache.learned import (AGE_CLASSES, GHOST_BYTES_PER_BLOCK, N_CLASSES, LearnedAdmission,
-                                            LearnedParams, block_class)
-from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextNode
+                                            LearnedParams, block_class, node_class)
+from sglang_saria.mem_cache.metadata import DRAM, SSD, ContextMetadata, ContextNode, bypassed
 from sglang_saria.mem_cache.sequencer import WriteSequencer
 from tests.mem_cache.helpers import ChainView
 
@@ -50,9 +50,11 @@ def test_names_config_and_factory():
         make_admission_policy("auto:2", AdmissionConfig(policy="auto:2"))
 
 
-def test_classes_cover_counters_and_idle_time():
-    seen = {block_class(R, E, idle) for R in range(6) for E in range(1, 6) for idle in (0, 0.5, 1, 3, 100, 1e9)}
+def test_classes_cover_counters_idle_time_and_going_around():
+    seen = {block_class(R, E, idle, around) for R in range(6) for E in range(1, 6) for idle in (0, 0.5, 1, 3, 100, 1e9)
+            for around in (False, True)}
     assert seen <= set(range(N_CLASSES))
+    assert block_class(2, 1, 300.0, True) != block_class(2, 1, 300.0)
     assert block_class(0, 1, 0.2) != block_class(0, 1, 300.0) != block_class(5, 1, 300.0)
     assert block_class(0, 1, 1e9) % AGE_CLASSES == AGE_CLASSES - 1
 
@@ -84,7 +86,7 @@ def test_asking_twice_for_one_eviction_tracks_the_block_once():
 
 def test_a_hotter_victim_is_kept():
     p = LearnedAdmission()
-    teach(p, R=1, E=1, idle_s=600, n=40, reused=30, first_key=0)
+    teach(p, R=1, E=1, idle_s=600, n=40, reused=36, first_key=0)  # odds past the default bar (4)
     teach(p, R=3, E=3, idle_s=600, n=40, reused=39, first_key=100)
     candidate = node(1, 0, 10_000.0 - 600)
     assert p.admits_key(500, EVICT, candidate, victim=None)
@@ -129,6 +131,38 @@ def test_state_round_trip_and_bad_state_named():
     with pytest.raises(ConfigError, match="reused must not exceed seen"):
         q.load_state_dict({**good, "reused": [s + 1 for s in good["seen"]]})
     assert q.seen == p.seen  # a refused state changes nothing
+
+
+def test_blocks_a_later_request_went_around_learn_their_own_chance():
+    """An agent that rewrote its history left blocks out: their class learns that they do not come back,
+    while blocks of the same counters and idle time on a path still followed keep theirs."""
+    md = ContextMetadata(block_tokens=16, checkpoint_tokens=None, window_s=1e9)
+    p = LearnedAdmission()
+    for s in range(40):  # sessions of 3 blocks; the even ones later rewrite everything after their first block
+        base = 1000 * s
+        md.record_use([base, base + 1, base + 2], now=0.0)
+        if s % 2 == 0:
+            md.record_use([base, base + 500], now=50.0)
+    p.on_clock(600.0)
+    for s in range(40):
+        p.admits_key(1000 * s + 2, EVICT, md.get(1000 * s + 2))
+    p.on_missed([1000 * s + 2 for s in range(1, 40, 2)])  # the sessions that went on along their path came back
+    followed, around = md.get(1002 + 2000), md.get(2)
+    assert bypassed(around) and not bypassed(followed)
+    assert p.chance(node_class(around, 1, 600.0)) < 0.1 < 0.9 < p.chance(node_class(followed, 1, 600.0))
+    assert not p.admits_key(90_001, EVICT, md.get(2000 + 2)) and p.admits_key(90_002, EVICT, md.get(3000 + 2))
+
+
+def test_a_state_of_version_1_fills_the_classes_not_gone_around():
+    p = LearnedAdmission()
+    teach(p, R=2, E=2, idle_s=100, n=20, reused=15, first_key=0)
+    v1 = {"version": 1, "seen": p.seen[:N_CLASSES // 2], "reused": p.reused[:N_CLASSES // 2],
+          "ghost": [[k, c] for k, c in p.ghost.items()]}
+    q = LearnedAdmission()
+    q.load_state_dict(v1)
+    assert q.seen == p.seen and q.reused == p.reused and q.ghost == p.ghost
+    with pytest.raises(ConfigError, match="seen must be 192 counts"):
+        q.load_state_dict({**v1, "seen": p.seen})
 
 
 def _hot_auto(lazy: bool, lazy_hybrid: bool = False) -> LearnedAdmission:

@@ -63,7 +63,7 @@ def test_ended_blocks_become_the_first_ssd_victims_tail_first():
 
 def test_a_block_its_session_left_behind_is_not_written_but_auto_still_counts_it_seen():
     auto = LearnedAdmission()
-    auto.on_load(10.0, 0.0)  # a queued GPU: the bar is low enough for a class never seen reused
+    auto.on_load(100.0, 0.0)  # a queued GPU: the bar is low enough for a class never seen reused
     seq, hints = WriteSequencer(auto, "robust"), auto.hints
     node = ContextNode(0.0, False)
     assert seq.evict(ChainView(), 1, node) == [1]

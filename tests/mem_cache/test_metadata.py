@@ -1,6 +1,7 @@
 """Paper 4.3: unified metadata outlives residency; sliding-window reclamation."""
 
-from sglang_saria.mem_cache.metadata import DRAM, FA_BLOCK, GDN_CHECKPOINT, NO_CHECKPOINT, SSD, ContextMetadata
+from sglang_saria.mem_cache.metadata import (DRAM, FA_BLOCK, GDN_CHECKPOINT, NO_CHECKPOINT, SSD, ContextMetadata,
+                                             bypassed)
 
 from tests.mem_cache.helpers import make_core, run_request
 
@@ -83,3 +84,25 @@ def test_restored_counters_keep_their_history_and_count_as_created_at_first_use(
     # restored nodes are the least recent: a window later the unused one goes first
     md.reclaim(125.0)
     assert md.get(2) is None and md.get(1) is not None and md.get(9) is not None
+
+
+def test_a_request_that_rewrites_history_goes_around_the_blocks_it_left_out():
+    md = ContextMetadata(block_tokens=16, checkpoint_tokens=None, window_s=3600)
+    md.record_use([1, 2, 3, 4], now=0.0)  # turn 1
+    md.record_use([1, 2, 3, 4, 5], now=10.0)  # turn 2 appends: nothing left out
+    assert not any(bypassed(md.get(k)) for k in (1, 2, 3, 4, 5))
+    assert md.get(5).path_first is md.get(1) and md.get(1).path_first is None
+    md.record_use([1, 2, 30, 40], now=20.0)  # turn 3 rewrote everything after block 2
+    assert [bypassed(md.get(k)) for k in (1, 2, 3, 4, 5, 30, 40)] == [False, False, True, True, True, False, False]
+    md.record_use([1, 2, 3, 4, 5, 6], now=30.0)  # the old branch is used again: no longer gone around
+    assert not any(bypassed(md.get(k)) for k in (3, 4, 5, 6))
+
+
+def test_keys_that_do_not_start_at_the_root_link_to_the_first_block_given_or_to_none():
+    md = ContextMetadata(block_tokens=16, checkpoint_tokens=None, window_s=3600)
+    md.record_use([1, 2], now=0.0)
+    md.record_use([3, 4], now=0.0, path_first=md.get(1), from_root=False)  # a later segment of the same path
+    md.record_use([9], now=0.0, from_root=False)  # a segment whose path is unknown
+    assert md.get(3).path_first is md.get(1) and md.get(9).path_first is None
+    md.record_use([1, 7], now=5.0)
+    assert bypassed(md.get(4)) and not bypassed(md.get(9))
