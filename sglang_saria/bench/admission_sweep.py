@@ -241,7 +241,7 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
         out += ["", "### With agents' hints (each request names its session; the last one says `end`)", "",
                 md_table(head, hinted_rows)]
     if variant_rows:
-        out += ["", "### Constants halved and doubled", "", md_table(head, variant_rows)]
+        out += ["", "### Other constants and closures", "", md_table(head, variant_rows)]
     if doc.get("labels"):
         lab_rows = []
         for s in doc["labels"]:

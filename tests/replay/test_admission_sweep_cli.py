@@ -36,7 +36,7 @@ def test_rows_only_keeps_the_frontier_and_replaces_rows_of_the_same_policy(sweep
     oracle = after["rows"][2]
     assert oracle["oracle_fixed_point"] and oracle["oracle_passes"] >= 1
     rendered = capsys.readouterr().out
-    assert "### Constants halved and doubled" in rendered and "auto (auto_odds=2)" in rendered
+    assert "### Other constants and closures" in rendered and "auto (auto_odds=2)" in rendered
 
 
 def test_bad_input_is_named(shared_dir, tmp_path, monkeypatch):
@@ -77,7 +77,7 @@ def test_a_hints_variant_replays_with_the_agents_hints_in_its_own_table(sweep, c
     rendered = capsys.readouterr().out
     hinted = rendered.split("### With agents' hints", 1)[1]
     assert "auto (hints=end)" in hinted and "auto (auto_odds=2,hints=end)" in hinted
-    assert "### Constants halved and doubled" not in rendered  # a hinted row is not a constants row
+    assert "### Other constants and closures" not in rendered  # a hinted row is not a constants row
 
 
 def test_labels_name_a_hinted_policy_by_its_variant(sweep):

@@ -113,8 +113,9 @@ def test_timing_medians_recomputed(doc, block):
         assert cells in table
 
 
-def test_the_prose_on_the_collapse_under_tree_quotes_the_records(doc):
-    """The paragraph after the tables: `auto` at 2M under tree DRAM, with and without its load term."""
+def test_the_prose_on_tree_dram_at_2m_quotes_the_records(doc):
+    """The paragraph after the tables: `auto` at 2M under tree DRAM holds, with its load term off it
+    collapses on files 1-175."""
     at = {(r["workload"], r["dram_residency"], x["policy"]): x for r in doc["records"] if r["ssd_tokens"] == 2_000_000
           for x in r["rows"]}
     sets, off = ("weka:1-175", "weka:176-360"), "auto@auto_load_ref_s=1e9"
@@ -123,9 +124,12 @@ def test_the_prose_on_the_collapse_under_tree_quotes_the_records(doc):
         return joiner.join(f"{at[w, residency, policy][field]:{fmt}}" for w in sets)
 
     text = " ".join((ROOT / "docs" / "admission.md").read_text().split())
-    for figure in (f"CHAR {both('tree', 'auto', 'char', '.3f')} against {both('flat', 'auto', 'char', '.3f')} flat",
-                   f"{both('tree', 'auto', 'credit_refused', ',')} writes refused",
+    for figure in (f"CHAR {both('tree', 'auto', 'char', '.3f')} against {both('flat', 'auto', 'char', '.3f')} flat, "
+                   f"{both('tree', 'auto', 'credit_refused', ',')} writes refused, "
                    f"mean queue {both('tree', 'auto', 'queue_mean_s', '.1f', ' s and ')} s",
-                   f"(CHAR {both('tree', off, 'char', '.3f')} against {both('flat', off, 'char', '.3f')} flat)"):
+                   f"(CHAR {both('tree', off, 'char', '.3f')} against {both('flat', off, 'char', '.3f')} flat; "
+                   f"{both('tree', off, 'credit_refused', ',')} writes refused, "
+                   f"mean queue {both('tree', off, 'queue_mean_s', '.1f', ' s and ')} s)"):
         assert figure in text, figure
-    assert all(at[w, "tree", "auto"]["char"] < at[w, "flat", "auto"]["char"] - 0.1 for w in sets)  # a collapse
+    assert all(at[w, "tree", "auto"]["char"] > at[w, "flat", "auto"]["char"] - 0.05 for w in sets)  # holds
+    assert at["weka:1-175", "tree", off]["char"] < at["weka:1-175", "flat", off]["char"] - 0.05  # collapses

@@ -339,3 +339,29 @@ def test_the_state_completion_check_is_the_session_tables_hybrid_fleets_replayed
     text = " ".join((DOCS / "fleet.md").read_text().split())
     assert (f"each fleet's SSD writes move by {min(writes):+.1f}% to {max(writes):+.1f}%, its CHAR by at most "
             f"{char:.3f} and its mean TTFT by {min(ttft):+.1f}% to {max(ttft):+.1f}%") in text
+
+
+def test_the_auto_check_is_the_session_tables_auto_fleets_replayed_again():
+    """The `auto` fleets of fleet_session.json replayed with today's `auto`, the E2 ones kept: the moves
+    docs/fleet.md quotes, recomputed, and the router comparison it says still holds."""
+    before, after = (json.loads((DOCS / "data" / f).read_text())
+                     for f in ("fleet_session.json", "fleet_session_auto_check.json"))
+    assert (after["sessions"], after["skip_sessions"], after["session_router"]) == (
+        before["sessions"], before["skip_sessions"], before["session_router"])
+    key = lambda r: (r["model"], r["policy"], r["nodes"], r["router"])  # noqa: E731
+    old = {key(r): r["metrics"] for r in before["records"]}
+    new = {key(r): r["metrics"] for r in after["records"]}
+    assert set(new) == set(old)
+    assert all(new[k] == old[k] for k in new if k[1] != "auto")  # kept, not replayed
+    autos = [k for k in new if k[1] == "auto"]
+    writes = [100 * (new[k]["ssd_write_bytes"] / old[k]["ssd_write_bytes"] - 1) for k in autos]
+    ttft = [100 * (new[k]["ttft_mean_s"] / old[k]["ttft_mean_s"] - 1) for k in autos]
+    char = [new[k]["char"] - old[k]["char"] for k in autos]
+    pairs = [(m, n) for m, _, n, r in autos if r == "session"]
+    fewer = sum(new[m, "auto", n, "session"]["ssd_write_bytes"] < new[m, "auto", n, "cache_aware"]["ssd_write_bytes"]
+                for m, n in pairs)
+    text = " ".join((DOCS / "fleet.md").read_text().split())
+    assert (f"each `auto` fleet's SSD writes move by {min(writes):+.1f}% to {max(writes):+.1f}%, its CHAR by "
+            f"{min(char):+.4f} to {max(char):+.4f} and its mean TTFT by {min(ttft):+.1f}% to {max(ttft):+.1f}%; the "
+            f"session router still writes less than `cache_aware` in {'all ' if fewer == len(pairs) else ''}{fewer} "
+            f"{'' if fewer == len(pairs) else f'of {len(pairs)} '}multi-node pairs") in text
