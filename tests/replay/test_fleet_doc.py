@@ -322,16 +322,20 @@ def test_the_held_out_copies_and_the_sweeps_at_the_stated_load_say_what_their_re
         assert phrase in text, f"docs/fleet.md does not say {phrase!r}"
 
 
-def test_the_state_completion_check_is_the_session_tables_hybrid_fleets_replayed_again():
-    """The qwen3.5-9b fleets of fleet_session.json replayed with the GDN state completion: the same
-    fleets and router settings, and the moves docs/fleet.md quotes, recomputed."""
-    before, after = (json.loads((DOCS / "data" / f).read_text())
-                     for f in ("fleet_session.json", "fleet_session_state_check.json"))
+def _replayed_again(check: str) -> tuple[dict, dict]:
+    """The session table's metrics and those of ``check`` (its fleets replayed again), by (model, policy,
+    nodes, router); both of the same sessions and session-router settings."""
+    before, after = (json.loads((DOCS / "data" / f).read_text()) for f in ("fleet_session.json", check))
     assert (after["sessions"], after["skip_sessions"], after["session_router"]) == (
         before["sessions"], before["skip_sessions"], before["session_router"])
     key = lambda r: (r["model"], r["policy"], r["nodes"], r["router"])  # noqa: E731
-    old = {key(r): r["metrics"] for r in before["records"]}
-    new = {key(r): r["metrics"] for r in after["records"]}
+    return ({key(r): r["metrics"] for r in before["records"]}, {key(r): r["metrics"] for r in after["records"]})
+
+
+def test_the_state_completion_check_is_the_session_tables_hybrid_fleets_replayed_again():
+    """The qwen3.5-9b fleets of fleet_session.json replayed with the GDN state completion: the same
+    fleets and router settings, and the moves docs/fleet.md quotes, recomputed."""
+    old, new = _replayed_again("fleet_session_state_check.json")
     assert set(new) == {k for k in old if k[0] == "qwen3.5-9b"}
     writes = [100 * (new[k]["ssd_write_bytes"] / old[k]["ssd_write_bytes"] - 1) for k in new]
     ttft = [100 * (new[k]["ttft_mean_s"] / old[k]["ttft_mean_s"] - 1) for k in new]
@@ -344,13 +348,7 @@ def test_the_state_completion_check_is_the_session_tables_hybrid_fleets_replayed
 def test_the_auto_check_is_the_session_tables_auto_fleets_replayed_again():
     """The `auto` fleets of fleet_session.json replayed with today's `auto`, the E2 ones kept: the moves
     docs/fleet.md quotes, recomputed, and the router comparison it says still holds."""
-    before, after = (json.loads((DOCS / "data" / f).read_text())
-                     for f in ("fleet_session.json", "fleet_session_auto_check.json"))
-    assert (after["sessions"], after["skip_sessions"], after["session_router"]) == (
-        before["sessions"], before["skip_sessions"], before["session_router"])
-    key = lambda r: (r["model"], r["policy"], r["nodes"], r["router"])  # noqa: E731
-    old = {key(r): r["metrics"] for r in before["records"]}
-    new = {key(r): r["metrics"] for r in after["records"]}
+    old, new = _replayed_again("fleet_session_auto_check.json")
     assert set(new) == set(old)
     assert all(new[k] == old[k] for k in new if k[1] != "auto")  # kept, not replayed
     autos = [k for k in new if k[1] == "auto"]
