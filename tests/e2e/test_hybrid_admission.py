@@ -33,7 +33,7 @@ class Run:
     metrics: dict[str, float]
 
 
-def run_scenario(start_hybrid_server, cold_hybrid_run, store, admission: str) -> Run:
+def run_scenario(start_hybrid_server, cold_hybrid_run, store, admission: str | dict) -> Run:
     extra = {"data_dirs": [str(store)], "admission": admission, "capacity": "64MiB"}
     tiers = []
     with start_hybrid_server(PREFIX_CACHE + saria_hicache_args(extra), env=AUDIT_ENV) as server:
@@ -66,6 +66,23 @@ def test_evicted_once_recomputes_evicted_twice_reloads_from_storage(e2):
     assert e2.metrics["sglang:saria_reload_tokens_total/ssd"] >= LAST_CHECKPOINT
     assert_kv_audit_clean(e2.metrics, ("ssd_to_device",))
 
+
+
+def test_auto_closes_lazily_on_the_hybrid_and_the_next_turn_reloads_from_storage(start_hybrid_server, cold_hybrid_run,
+                                                                                 tmp_path):
+    """`auto` with its defaults for hybrid models (lazy closure): with a bar every class passes, each
+    node is written alone at its own host eviction, leaves first, while its parent still has a
+    copy, so what reaches the store must still add up to a prefix with its checkpoint. The next turn
+    reloads the whole checkpointed prefix from storage, with the cold run's tokens and a clean KV
+    audit. (An ancestor written because a stored descendant needs it, whatever its own class says,
+    is `tests/mem_cache/test_auto.py`'s lazy-hybrid case.)"""
+    run = run_scenario(start_hybrid_server, cold_hybrid_run, tmp_path / "store",
+                       {"policy": "auto", "auto_odds": 1e-6})
+    assert run.tiers[0] == {"device": 0, "host": 0, "storage": 0}
+    assert run.tiers[1] == {"device": 0, "host": 0, "storage": LAST_CHECKPOINT}
+    assert run.metrics.get("sglang:saria_auto_decisions_total/admit", 0) > 0
+    assert run.metrics.get("sglang:saria_ssd_admissions_total/insert", 0) == 0  # auto writes at evictions only
+    assert_kv_audit_clean(run.metrics, ("ssd_to_device",))
 
 
 def test_a_hybrid_ssd_hit_reloads_into_both_ranks_on_tp2(start_hybrid_server, cold_hybrid_run, tmp_path):
