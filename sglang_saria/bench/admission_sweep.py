@@ -51,6 +51,7 @@ TIME_BOUND = 1.2  # issue 37: the 350-session replay with `auto` takes <= this x
 POLICIES = ("none", "full-duplicate", "eviction:E2", "eviction:E3", "auto", "loadaware", "oracle")
 PERTURB_FACTORS = (0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03)
 PERTURB_POLICIES = ("full-duplicate", "eviction:E2", "auto", "auto@hints=end")
+HINDSIGHT_BARS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 16.0)
 _WEKA_FILE = re.compile(r"trace_(\d+)\.json(\.gz)?")
 
 
@@ -182,6 +183,48 @@ def perturb(s: Setting, policies: list[str], factors: list[float]) -> dict:
             "factors": list(factors), "rows": rows}
 
 
+def hindsight(s: Setting, hints: str, bars: list[float]) -> dict:
+    """How far ``auto``'s classes can go on these requests: ``auto`` replayed as it runs (``learned``),
+    then with each class's chance fixed to what that run had learned by its end (hindsight: the classes'
+    own statistics of these very requests, no learning transient) at each bar (``auto_odds``). Where no
+    bar meets both checks with hindsight chances, no way of learning the classes' chances would: what is
+    missing is what a class can tell at the moment of a write. Raw records, judged by ``render`` against
+    the setting's frontier."""
+    spec, sessions, settings, starts, base = _replay_inputs(s)
+    settings = replace(settings, hints=hints)
+
+    def record(res, bar: float) -> dict:
+        m = res.metrics
+        return {"bar": bar, "writes_norm": m["ssd_writes_norm"], "char": m["char"], "requests": m["requests"],
+                "request_set": m["request_set"]}
+
+    def cfg(bar: float) -> SariaConfig:
+        return replace(base, admission=AdmissionConfig(policy="auto", auto_odds=bar)).validate()
+
+    bar0 = AdmissionConfig().auto_odds
+    res = replay(sessions, starts, cfg(bar0), spec, settings)
+    chances = res.core.admission.chances()
+    learned, rows = record(res, bar0), []
+    for bar in bars:
+        run = ReplayRun(sessions, starts, cfg(bar), spec, settings)
+        run.core.admission.fix_chances(chances)
+        run.loop()
+        rows.append(record(run.result(), bar))
+    same_requests([learned, *rows])
+    return {"workload": s.workload, "model": s.model, "prefill_tps": s.prefill_tps,
+            "ssd_tokens": base.capacity.ssd_tokens, "placement": placement_of(s.model, s.placement), "hints": hints,
+            "learned": learned, "rows": rows}
+
+
+def hindsight_setting(doc: dict, rec: dict) -> dict:
+    """The setting (with its frontier) a hindsight record was replayed on."""
+    for s in doc["settings"]:
+        if all(s[k] == rec[k] for k in ("workload", "model", "prefill_tps", "ssd_tokens")):
+            return s
+    raise ValueError(f"no setting {rec['workload']} {rec['model']} {rec['prefill_tps']:g} {rec['ssd_tokens']} for a "
+                     "hindsight record (saria-admission-sweep run it first)")
+
+
 def placement_of(model: str, placement: str) -> str | None:
     """What a record says of its GDN states: the placement on a hybrid model, None on an FA model
     (it has no states, so the setting changes nothing)."""
@@ -201,6 +244,20 @@ def judge(setting: dict, row: dict) -> dict:
 
 def _label(row: dict) -> str:
     return row["policy"] + (f" ({row['variant']})" if row["variant"] else "")
+
+
+def _hindsight_cells(s: dict, h: dict) -> list[str]:
+    def pair(row: dict) -> str:
+        j = judge(s, row)
+        return ("above frontier" if j["ratio"] is None else f"{j['ratio']:.2f}x") + f", {j['char_gap']:+.3f}"
+
+    judged = [(r, judge(s, r)) for r in h["rows"]]
+    both = [f"{r['bar']:g}" for r, j in judged if j["writes_met"] and j["char_met"]]
+    char_met = [(j["ratio"], r["bar"]) for r, j in judged if j["char_met"] and j["ratio"] is not None]
+    at4 = next((r for r in h["rows"] if r["bar"] == h["learned"]["bar"]), None)
+    return [s["workload"], s["model"], f"{s['prefill_tps']:,.0f}", f"{s['ssd_tokens'] / 1e6:g}M", h["hints"],
+            pair(h["learned"]), "-" if at4 is None else pair(at4), ", ".join(both) or "**none**",
+            "-" if not char_met else "{:.2f}x ({:g})".format(*min(char_met))]
 
 
 def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "eviction:E2", "eviction:E3", "full-duplicate", "oracle")) -> str:
@@ -264,6 +321,11 @@ def render(doc: dict, policies: tuple[str, ...] = ("auto", "loadaware", "evictio
                            *(x for k in ("runs", "cpu_runs")
                              for x in (f"{med[k][p]:.2f}", f"{med[k][p] / med[k]['eviction:E2']:.2f}x"))]
                           for p in t["runs"]])]
+    if doc.get("hindsight"):
+        out += ["", "### `auto`'s classes with hindsight chances", "", md_table(
+            ["workload", "model", "tok/s", "SSD", "hints", "learned (bar 4): W / frontier, CHAR - best",
+             "hindsight at bar 4", "bars meeting both with hindsight", "fewest writes with CHAR met (bar)"],
+            [_hindsight_cells(hindsight_setting(doc, h), h) for h in doc["hindsight"]])]
     if doc.get("perturb"):
         pert_rows = []
         for p in doc["perturb"]:
@@ -423,7 +485,35 @@ def main(argv: list[str] | None = None) -> int:
     pt.add_argument("--factors", default=",".join(f"{f:g}" for f in PERTURB_FACTORS))
     pt.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang", help=_PLACEMENT_HELP)
     pt.add_argument("--json", dest="json_path", required=True)
+    hs = sub.add_parser("hindsight", help="auto with its classes' hindsight chances at each bar, added to --json")
+    hs.add_argument("--workload", required=True)
+    hs.add_argument("--models", default="qwen3-8b,qwen3.5-9b")
+    hs.add_argument("--loads", default="6500,13000,20000")
+    hs.add_argument("--ssd-tokens", default="0", help="SSD capacities (tokens; 0: the default), comma-separated")
+    hs.add_argument("--hints", choices=HINT_MODES, default="none")
+    hs.add_argument("--bars", default=",".join(f"{b:g}" for b in HINDSIGHT_BARS), help="auto_odds values")
+    hs.add_argument("--placement", choices=CHECKPOINT_PLACEMENTS, default="sglang", help=_PLACEMENT_HELP)
+    hs.add_argument("--json", dest="json_path", required=True,
+                    help="a JSON of `run` that holds each setting's frontier; the records are added to it")
     args = p.parse_args(argv)
+    if args.cmd == "hindsight":
+        bars = [float(b) for b in args.bars.split(",")]
+        if not bars or min(bars) <= 0:
+            p.error(f"--bars {args.bars}: need positive auto_odds values")
+        doc = _load(args.json_path)
+        key = ("workload", "model", "prefill_tps", "ssd_tokens", "hints")
+        for model in args.models.split(","):
+            for tps in args.loads.split(","):
+                for ssd in args.ssd_tokens.split(","):
+                    s = Setting(args.workload, model, float(tps), int(float(ssd)), args.placement)
+                    hindsight_setting(doc, {"workload": s.workload, "model": model, "prefill_tps": s.prefill_tps,
+                                            "ssd_tokens": s.ssd_tokens or CapacityConfig().ssd_tokens})
+                    rec = hindsight(s, args.hints, bars)
+                    doc["hindsight"] = [x for x in doc.get("hindsight", []) if [x[k] for k in key]
+                                        != [rec[k] for k in key]] + [rec]
+                    _save(doc, args.json_path)
+        sys.stdout.write(render(doc))
+        return 0
     if args.cmd == "render":
         tables = render(_load(args.json_path))
         if not args.doc:
@@ -444,6 +534,7 @@ def main(argv: list[str] | None = None) -> int:
                 merged["timing"] = part["timing"]
             merged.setdefault("labels", []).extend(part.get("labels", []))
             merged.setdefault("perturb", []).extend(part.get("perturb", []))
+            merged.setdefault("hindsight", []).extend(part.get("hindsight", []))
         _save(merged, args.out)
         return 0
     if args.cmd == "labels":

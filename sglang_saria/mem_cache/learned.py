@@ -116,6 +116,7 @@ class LearnedAdmission(AdmissionPolicy):
         self.now = 0.0
         self.backlog_s = 0.0
         self.decisions = {"admit": 0, "cold": 0, "victim": 0, "budget": 0}
+        self._fixed: list[float] | None = None  # fix_chances
 
     # ------------------------------------------------------------ driver signals
     def on_clock(self, now: float) -> None:
@@ -141,7 +142,21 @@ class LearnedAdmission(AdmissionPolicy):
     # ------------------------------------------------------------ decision
     def chance(self, cls: int) -> float:
         """The learned chance that a block of class ``cls`` is wanted again from below DRAM."""
+        if self._fixed is not None:
+            return self._fixed[cls]
         return (self.reused[cls] + 1) / (self.seen[cls] + 2)
+
+    def chances(self) -> list[float]:
+        """``chance`` of every class, now."""
+        return [self.chance(c) for c in range(N_CLASSES)]
+
+    def fix_chances(self, table: list[float]) -> None:
+        """Answer ``chance`` from ``table`` (one value in [0, 1] per class) instead of the counts, which
+        still grow: the hindsight bound of ``saria-admission-sweep hindsight``, where ``table`` is what
+        a replay of the same requests had learned by its end."""
+        if len(table) != N_CLASSES or not all(0.0 <= p <= 1.0 for p in table):
+            raise ValueError(f"fix_chances: need {N_CLASSES} chances in [0, 1], got {len(table)}")
+        self._fixed = list(table)
 
     def bar(self) -> float:
         """The reuse odds a write needs now (inf: none allowed)."""

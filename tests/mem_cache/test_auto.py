@@ -71,6 +71,27 @@ def test_cold_class_rejected_hot_class_admitted_after_learning():
     assert not p.admits_key(5002, INSERT, node(3, 1, 0.0)) and not p.admits_key(5002, PREWRITE, node(3, 1, 0.0))
 
 
+def test_fixed_chances_decide_while_the_counts_still_grow():
+    """``fix_chances`` (the sweep's hindsight bound) answers from its table, whatever was learned;
+    the ghost and the counts go on as before; a table of the wrong size or range is refused."""
+    p = LearnedAdmission()
+    teach(p, R=0, E=1, idle_s=600, n=50, reused=2, first_key=0)  # learned: cold
+    cold = block_class(0, 1, 600)
+    learned = p.chances()
+    assert len(learned) == N_CLASSES and learned[cold] == p.chance(cold) < 0.1
+    table = [0.0] * N_CLASSES
+    table[cold] = 0.9  # odds 9: past the bar of 4
+    p.fix_chances(table)
+    assert p.chance(cold) == 0.9 and p.admits_key(900, EVICT, node(0, 0, 10_000.0 - 600))
+    assert p.seen[cold] == 51 and 900 in p.ghost
+    table[cold] = 0.75  # odds 3: short of it
+    p.fix_chances(table)
+    assert not p.admits_key(901, EVICT, node(0, 0, 10_000.0 - 600))
+    for bad in ([0.5] * (N_CLASSES - 1), [1.5] + [0.5] * (N_CLASSES - 1)):
+        with pytest.raises(ValueError, match=f"need {N_CLASSES} chances"):
+            p.fix_chances(bad)
+
+
 def test_asking_twice_for_one_eviction_tracks_the_block_once():
     p = LearnedAdmission()
     n = node(1, 0, 0.0)

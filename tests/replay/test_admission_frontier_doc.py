@@ -366,7 +366,44 @@ def prose_figures(doc: dict, tuning: dict) -> list[str]:
         out.append(f"{name}: {a[1]['writes_norm']:.2f} C at CHAR {a[1]['char']:.3f} ({_ratio(*a):.2f}x that set's "
                    f"frontier) against {eager[1]['writes_norm']:.2f} C at {eager[1]['char']:.3f} eagerly "
                    f"({_ratio(*eager):.2f}x)")
-    return out
+    return out + hindsight_figures(doc)
+
+
+def _meets(s, r) -> bool:
+    return _gap(s, r) >= -CHAR_SLACK and (_ratio(s, r) or float("inf")) <= WRITES_BOUND
+
+
+def hindsight_figures(doc: dict) -> list[str]:
+    """The prose's figures of the hindsight records, recomputed from them and the settings' frontiers."""
+    settings = {(s["workload"], s["model"], s["prefill_tps"], s["ssd_tokens"]): s for s in doc["settings"]}
+    by_hints = {}
+    for h in doc["hindsight"]:
+        s = settings[h["workload"], h["model"], h["prefill_tps"], h["ssd_tokens"]]
+        by_hints.setdefault(h["hints"], []).append((s, h, next(r for r in h["rows"] if r["bar"] == h["learned"]["bar"])))
+    plain, hinted = by_hints["none"], by_hints["end"]
+    d_ratio = [_ratio(s, at) - _ratio(s, h["learned"]) for s, h, at in plain if _ratio(s, at) and _ratio(s, h["learned"])]
+    d_gap = [abs(_gap(s, at) - _gap(s, h["learned"])) for s, h, at in plain]
+
+    def any_bar(group):
+        return [(s, h) for s, h, _ in group if any(_meets(s, r) for r in h["rows"])]
+
+    bars = {r["bar"] for _, h, _ in plain for r in h["rows"]}
+    one_bar = max(sum(_meets(s, r) for s, h, _ in plain for r in h["rows"] if r["bar"] == b) for b in bars)
+    synth = [x for x in plain if x[0]["workload"].startswith("synthetic")]
+    short = [(s, h, at) for s, h, at in hinted if _gap(s, h["learned"]) < -CHAR_SLACK]
+    assert short, "every hinted learned run meets CHAR: the prose's last sentence needs rewriting"
+    unmet_at_bar = [(s, at) for s, _, at in hinted if not _meets(s, at)]
+    assert all(_ratio(s, at) is None for s, at in unmet_at_bar), "the prose says they are above the frontier"
+    return [f"move `auto`'s ratio at the bar of 4 by {min(d_ratio):+.2f} to {max(d_ratio):+.2f} and its CHAR by at "
+            f"most {max(d_gap):.3f}",
+            f"A bar chosen per setting with hindsight meets both checks in {len(any_bar(plain))} of {len(plain)} settings "
+            f"({len(any_bar(synth))} of the {len(synth)} synthetic ones), one bar for all of them in at most {one_bar} "
+            f"(today's `auto`: {sum(_meets(s, h['learned']) for s, h, _ in plain)})",
+            f"With `end` hints a bar chosen per setting meets both in {len(any_bar(hinted))} of {len(hinted)}, the bar "
+            f"of 4 in {sum(_meets(s, at) for s, _, at in hinted)} (the other "
+            f"{['', 'one is', 'two are', 'three are'][len(unmet_at_bar)]} above the frontier's best CHAR",
+            f"falls {_span([-_gap(s, h['learned']) for s, h, _ in short], '.3f')} below the best CHAR",
+            f"the hindsight chances at the same bar fall {_span([-_gap(s, at) for s, _, at in short], '.3f')} below"]
 
 
 def test_every_figure_the_prose_quotes_is_recomputed(doc):
@@ -417,3 +454,42 @@ def test_the_readme_quotes_the_held_out_checks(doc):
                    f"frontier targets in {len(checked['hints=end'][2])} of {len(checked['hints=end'][0])} held-out "
                    f"settings (`docs/admission.md`); without them in {len(both)}"):
         assert phrase in text, phrase
+
+
+def test_hindsight_rows_recomputed_from_raw_records(doc, block):
+    """Each hindsight record replays `auto` as it runs and then, on the same requests, with its classes'
+    final chances at each bar; the row's ratios, gaps, the bars meeting both checks and the fewest writes
+    with CHAR met, recomputed against the setting's frontier."""
+    if not doc.get("hindsight"):
+        pytest.fail("docs/data/admission-frontier.json has no hindsight record (saria-admission-sweep hindsight)")
+    shown = table_rows(block, "### `auto`'s classes with hindsight chances")
+    settings = {(s["workload"], s["model"], s["prefill_tps"], s["ssd_tokens"]): s for s in doc["settings"]}
+    assert len(shown) == len(doc["hindsight"])
+    for cells, h in zip(shown, doc["hindsight"]):
+        s = settings[h["workload"], h["model"], h["prefill_tps"], h["ssd_tokens"]]
+        runs = [h["learned"], *h["rows"]]
+        assert len({(x["requests"], x["request_set"]) for x in runs}) == 1
+        assert len({(x["requests"], x["request_set"]) for x in s["rows"]} | {(runs[0]["requests"], runs[0]["request_set"])}) == 1
+        auto = next(r for r in s["rows"] if (r["policy"], r["variant"]) == ("auto", "hints=end" if h["hints"] == "end" else ""))
+        assert (h["learned"]["writes_norm"], h["learned"]["char"]) == pytest.approx((auto["writes_norm"], auto["char"]), rel=1e-12)
+
+        def pair(r):
+            ratio = _ratio(s, r)
+            return (None if ratio is None else round(ratio, 2)), round(_gap(s, r), 3)
+
+        def shown_pair(cell):
+            ratio, gap = cell.split(", ")
+            return (None if ratio == "above frontier" else float(ratio.rstrip("x"))), float(gap)
+
+        for cell, r in ((cells[5], h["learned"]), (cells[6], next(x for x in h["rows"] if x["bar"] == h["learned"]["bar"]))):
+            got, want = shown_pair(cell), pair(r)
+            assert got[1] == pytest.approx(want[1], abs=0.0011)
+            assert (got[0] is None) == (want[0] is None) and (got[0] is None or got[0] == pytest.approx(want[0], abs=0.011))
+        both = [r["bar"] for r in h["rows"] if _gap(s, r) >= -CHAR_SLACK and (_ratio(s, r) or float("inf")) <= WRITES_BOUND]
+        assert cells[7] == (", ".join(f"{b:g}" for b in both) or "**none**")
+        met = [(_ratio(s, r), r["bar"]) for r in h["rows"] if _gap(s, r) >= -CHAR_SLACK and _ratio(s, r) is not None]
+        if met:
+            ratio, bar = min(met)
+            assert cells[8] == f"{ratio:.2f}x ({bar:g})"
+        else:
+            assert cells[8] == "-"

@@ -105,3 +105,21 @@ def test_perturb_replays_each_policy_at_each_load_factor_and_replaces_its_record
     assert "### The same requests at a load a few percent off" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["perturb", "--workload", "tracelab", "--factors", "0,1", "--json", str(sweep)])
+
+
+def test_hindsight_replays_auto_learned_then_with_its_final_chances_at_each_bar(sweep, capsys):
+    """One learned run and one run per bar, all on the same requests, judged against the setting's frontier
+    in their own table; a second run of the setting replaces its record; a setting the JSON has no
+    frontier for, and a bar <= 0, are refused before any replay."""
+    args = ["hindsight", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "6500", "--bars", "1,4",
+            "--json", str(sweep)]
+    assert main(args) == 0 and main(args) == 0
+    (h,) = json.loads(sweep.read_text())["hindsight"]
+    assert (h["hints"], h["learned"]["bar"], [r["bar"] for r in h["rows"]]) == ("none", 4.0, [1.0, 4.0])
+    assert len({r["request_set"] for r in [h["learned"], *h["rows"]]}) == 1
+    table = capsys.readouterr().out.split("### `auto`'s classes with hindsight chances", 1)[1]
+    assert "| tracelab | qwen3-8b | 6,500 | 10M | none |" in table
+    with pytest.raises(ValueError, match="no setting tracelab qwen3-8b 13000"):
+        main(["hindsight", "--workload", "tracelab", "--models", "qwen3-8b", "--loads", "13000", "--json", str(sweep)])
+    with pytest.raises(SystemExit):
+        main(["hindsight", "--workload", "tracelab", "--bars", "0,4", "--json", str(sweep)])
