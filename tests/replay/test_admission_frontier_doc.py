@@ -399,6 +399,7 @@ def hindsight_figures(doc: dict) -> list[str]:
             f"A bar chosen per setting with hindsight meets both checks in {len(any_bar(plain))} of {len(plain)} settings "
             f"({len(any_bar(synth))} of the {len(synth)} synthetic ones), one bar for all of them in at most {one_bar} "
             f"(today's `auto`: {sum(_meets(s, h['learned']) for s, h, _ in plain)})",
+            f"So in the other {len(plain) - len(any_bar(plain))} settings, with these classes,",
             f"With `end` hints a bar chosen per setting meets both in {len(any_bar(hinted))} of {len(hinted)}, the bar "
             f"of 4 in {sum(_meets(s, at) for s, _, at in hinted)} (the other "
             f"{['', 'one is', 'two are', 'three are'][len(unmet_at_bar)]} above the frontier's best CHAR",
